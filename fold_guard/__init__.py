@@ -1,0 +1,71 @@
+"""fold_guard: per-subgraph control over constant folding in Apache TVM.
+
+Two annotation ops, ``fold_barrier`` (never fold across here) and ``fold_allow`` (evaluate this
+constant subgraph even where the policy or the IR's default would keep it), and a ``FoldConstant``
+pass that honours them together with named policies.
+
+The IR adapters are submodules, imported on demand so that this package imports without TVM::
+
+    import fold_guard.relax   # Relax (apache-tvm >= 0.27)
+
+>>> import fold_guard
+>>> [policy.name for policy in fold_guard.list_policies()][:3]
+['default', 'keep-qdq-weights', 'size-guard']
+"""
+
+from ._core import (
+    DEFAULT_GROWTH_FACTOR,
+    DEFAULT_MIN_RESULT_BYTES,
+    Action,
+    CallView,
+    ConflictingAnnotationsError,
+    FoldDecision,
+    FoldGuardError,
+    FoldNotPossibleError,
+    FoldPlan,
+    FoldPolicy,
+    FoldReport,
+    PlanInvariantError,
+    PreconditionError,
+    Reason,
+    Rule,
+    UnknownPolicyError,
+    UnsupportedIRError,
+    compose,
+    get_policy,
+    list_policies,
+    policy_registry_scope,
+    register_policy,
+    size_guard,
+    unregister_policy,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_GROWTH_FACTOR",
+    "DEFAULT_MIN_RESULT_BYTES",
+    "Action",
+    "CallView",
+    "ConflictingAnnotationsError",
+    "FoldDecision",
+    "FoldGuardError",
+    "FoldNotPossibleError",
+    "FoldPlan",
+    "FoldPolicy",
+    "FoldReport",
+    "PlanInvariantError",
+    "PreconditionError",
+    "Reason",
+    "Rule",
+    "UnknownPolicyError",
+    "UnsupportedIRError",
+    "__version__",
+    "compose",
+    "get_policy",
+    "list_policies",
+    "policy_registry_scope",
+    "register_policy",
+    "size_guard",
+    "unregister_policy",
+]

@@ -1,0 +1,172 @@
+"""The IR-neutral view of a module that the planner decides on.
+
+A :class:`FoldGraph` lists the calls of one or more functions in topological order. Each
+:class:`FoldNode` says what a policy may look at (op name, attributes, input and output dtypes,
+shapes and byte sizes), where each input comes from (a literal constant, another node, or
+something only known at run time), whether the node is a ``fold_barrier`` / ``fold_allow``
+annotation, whether the adapter could evaluate it at all, and what the IR's own default
+(the stock ``FoldConstant``) would do with it.
+
+Invariant: every ``NodeInput`` of kind ``NODE`` refers to a node earlier in ``FoldGraph.nodes``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+from .errors import PlanInvariantError
+from .reasons import Reason
+
+__all__ = [
+    "Annotation",
+    "InputKind",
+    "TensorInfo",
+    "NodeInput",
+    "FoldNode",
+    "FoldGraph",
+    "dtype_nbytes",
+]
+
+_DTYPE_BITS = {
+    "bool": 8,
+    "int4": 4,
+    "uint4": 4,
+    "int8": 8,
+    "uint8": 8,
+    "int16": 16,
+    "uint16": 16,
+    "int32": 32,
+    "uint32": 32,
+    "int64": 64,
+    "uint64": 64,
+    "float16": 16,
+    "bfloat16": 16,
+    "float32": 32,
+    "float64": 64,
+    "float8_e4m3fn": 8,
+    "float8_e5m2": 8,
+}
+
+
+def dtype_nbytes(dtype: str, shape: Optional[Sequence[Optional[int]]]) -> Optional[int]:
+    """Bytes a dense tensor of ``dtype`` and ``shape`` occupies, or None when unknown.
+
+    >>> dtype_nbytes("int8", (4, 4))
+    16
+    >>> dtype_nbytes("float32", (2, None)) is None
+    True
+    """
+    if shape is None or any(dim is None for dim in shape):
+        return None
+    bits = _DTYPE_BITS.get(dtype)
+    if bits is None:
+        return None
+    return (math.prod(shape) * bits + 7) // 8
+
+
+class Annotation(Enum):
+    """Which fold_guard annotation a node is, if any."""
+
+    NONE = "none"
+    BARRIER = "fold_barrier"
+    ALLOW = "fold_allow"
+
+
+class InputKind(Enum):
+    """Where a node's input comes from."""
+
+    CONSTANT = "constant"  # a literal constant, or a static value such as a shape
+    NODE = "node"  # the output of another node in the graph
+    RUNTIME = "runtime"  # a parameter, or anything the adapter cannot see as constant
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """dtype, static shape (None per unknown dim, or None if not a tensor) and byte size."""
+
+    dtype: str
+    shape: Optional[Tuple[Optional[int], ...]]
+    nbytes: Optional[int] = None
+
+    @staticmethod
+    def of(dtype: str, shape: Optional[Sequence[Optional[int]]]) -> "TensorInfo":
+        """Build a TensorInfo, computing ``nbytes`` from dtype and shape."""
+        shape_t = None if shape is None else tuple(shape)
+        return TensorInfo(dtype, shape_t, dtype_nbytes(dtype, shape_t))
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(dim is not None for dim in self.shape)
+
+
+@dataclass(frozen=True)
+class NodeInput:
+    """One input of a node. ``label`` names it in messages (a variable name or a short expression)."""
+
+    kind: InputKind
+    label: str
+    tensor: Optional[TensorInfo] = None
+    node: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class FoldNode:
+    """One call the planner decides on.
+
+    ``unfoldable`` is set by the adapter when it could never evaluate this call, whatever its
+    inputs (``Reason.IMPURE``, ``Reason.UNSUPPORTED``, ``Reason.DYNAMIC_SHAPE``), with
+    ``unfoldable_detail`` saying why. ``default_fold`` says whether the IR's stock pass folds this
+    call when all its inputs are constant; ``default_rule`` names the stock rule that keeps it
+    otherwise (for example ``"relax: ops fold only inside dataflow blocks"``).
+    """
+
+    id: int
+    op: str
+    label: str
+    function: str
+    inputs: Tuple[NodeInput, ...]
+    outputs: Tuple[TensorInfo, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    annotation: Annotation = Annotation.NONE
+    unfoldable: Optional[Reason] = None
+    unfoldable_detail: str = ""
+    default_fold: bool = True
+    default_rule: str = ""
+
+    @property
+    def where(self) -> str:
+        """``function/label``, for messages."""
+        return f"{self.function}/{self.label}" if self.function else self.label
+
+
+@dataclass(frozen=True)
+class FoldGraph:
+    """The calls of a module, in topological order (every input node comes before its user)."""
+
+    nodes: Tuple[FoldNode, ...]
+
+    def __post_init__(self) -> None:
+        for index, node in enumerate(self.nodes):
+            if node.id != index:
+                raise PlanInvariantError(
+                    f"FoldGraph node {node.where} has id {node.id}, expected {index}: "
+                    "node ids must be their position in topological order"
+                )
+            for inp in node.inputs:
+                if inp.kind is InputKind.NODE and (inp.node is None or not 0 <= inp.node < index):
+                    raise PlanInvariantError(
+                        f"FoldGraph node {node.where} reads node {inp.node}, which does not "
+                        "come before it: the graph is not topologically ordered"
+                    )
+
+    def consumers(self) -> Mapping[int, Tuple[int, ...]]:
+        """Map each node id to the ids of the nodes that read it."""
+        users: dict = {node.id: [] for node in self.nodes}
+        for node in self.nodes:
+            for inp in node.inputs:
+                if inp.kind is InputKind.NODE:
+                    users[inp.node].append(node.id)
+        return {key: tuple(value) for key, value in users.items()}

@@ -1,0 +1,231 @@
+"""Deciding, for every call of a FoldGraph, whether it folds and why.
+
+Precedence, from strongest to weakest: ``fold_barrier`` > ``fold_allow`` > policy > the IR's
+default. In one forward pass over the topologically ordered nodes:
+
+* a value is *constant* when it is a literal constant or the output of a node that folds;
+* a barrier is always kept and its output is never constant, so nothing downstream folds;
+* a node with a non-constant input is kept, with the cause inherited from that input
+  (a barrier upstream gives ``KEPT_BY_BARRIER``, a policy keep gives ``KEPT_BY_POLICY``, anything
+  else ``NOT_CONSTANT``);
+* a node the adapter cannot evaluate keeps its own reason (impure, unsupported, dynamic shape,
+  or an evaluation failure reported back by the adapter);
+* a node in the backward cone of a ``fold_allow`` operand (stopping at barriers) folds;
+* otherwise the policy's first matching rule decides, and without one the IR's default does.
+
+An allow node whose operand is constant folds (the annotation disappears). The planner never
+mutates anything: it returns a frozen :class:`FoldPlan`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Set, Tuple
+
+from .errors import ConflictingAnnotationsError
+from .graph import Annotation, FoldGraph, FoldNode, InputKind
+from .policy import CallView, FoldPolicy
+from .reasons import Action, Reason
+
+__all__ = ["FoldDecision", "FoldPlan", "plan_folds", "ALLOW_RULE", "DEFAULT_RULE", "BARRIER_RULE"]
+
+logger = logging.getLogger("fold_guard")
+
+ALLOW_RULE = "fold_allow"
+BARRIER_RULE = "fold_barrier"
+DEFAULT_RULE = "default"
+
+
+@dataclass(frozen=True)
+class FoldDecision:
+    """The outcome for one node: ``action``, ``reason``, the ``rule`` that decided, and a detail."""
+
+    node: int
+    label: str
+    op: str
+    action: Action
+    reason: Reason
+    rule: str = ""
+    detail: str = ""
+
+    def __str__(self) -> str:
+        rule = f" [{self.rule}]" if self.rule else ""
+        detail = f": {self.detail}" if self.detail else ""
+        return f"{self.label} = {self.op}: {self.reason.text}{rule}{detail}"
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """Decisions for every node of ``graph``, in node order, under ``policy_name``."""
+
+    graph: FoldGraph
+    decisions: Tuple[FoldDecision, ...]
+    policy_name: str
+
+    @property
+    def folded(self) -> Tuple[FoldDecision, ...]:
+        return tuple(d for d in self.decisions if d.action is Action.FOLD)
+
+    @property
+    def kept(self) -> Tuple[FoldDecision, ...]:
+        return tuple(d for d in self.decisions if d.action is Action.KEEP)
+
+    def folds(self, node_id: int) -> bool:
+        return self.decisions[node_id].action is Action.FOLD
+
+    def count_by_reason(self) -> Dict[Reason, int]:
+        counts = Counter(d.reason for d in self.decisions)
+        return {reason: counts[reason] for reason in Reason if counts[reason]}
+
+    def explain(self, *, verbose: bool = True) -> str:
+        """A readable report: counts by reason, then (``verbose``) one line per decision."""
+        counts = ", ".join(f"{n} {reason.text}" for reason, n in self.count_by_reason().items())
+        lines = [f"fold plan under policy {self.policy_name!r}: {counts or 'no calls'}"]
+        if verbose:
+            for node, decision in zip(self.graph.nodes, self.decisions):
+                lines.append(f"  {node.function}: {decision}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Value:
+    """Whether a node's output is constant and, if not, the cause consumers inherit."""
+
+    constant: bool
+    reason: Reason = Reason.FOLDED
+    rule: str = ""
+    origin: str = ""
+
+
+def plan_folds(
+    graph: FoldGraph,
+    policy: FoldPolicy,
+    *,
+    eval_failures: Optional[Mapping[int, str]] = None,
+) -> FoldPlan:
+    """Decide every node of ``graph`` under ``policy``.
+
+    ``eval_failures`` maps node ids the adapter tried and failed to evaluate to the error text;
+    those nodes are kept with ``Reason.EVAL_FAILED`` and their consumers see a non-constant input.
+
+    >>> from fold_guard._core.graph import FoldNode, NodeInput, TensorInfo
+    >>> t = TensorInfo.of("float32", (4,))
+    >>> c = NodeInput(InputKind.CONSTANT, "c", t)
+    >>> x = NodeInput(InputKind.RUNTIME, "x", t)
+    >>> g = FoldGraph((FoldNode(0, "relax.exp", "e", "main", (c,), (t,)),
+    ...                FoldNode(1, "relax.add", "y", "main", (x, NodeInput(InputKind.NODE, "e", t, 0)), (t,))))
+    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> [d.reason.text for d in plan_folds(g, DEFAULT_POLICY).decisions]
+    ['folded', 'not constant']
+    """
+    failures = dict(eval_failures or {})
+    _check_annotations(graph)
+    allowed = _allowed_cone(graph)
+    consumers = graph.consumers()
+    values: Dict[int, _Value] = {}
+    decisions = []
+    for node in graph.nodes:
+        decision, value = _decide(node, graph, policy, values, allowed, failures, consumers)
+        values[node.id] = value
+        decisions.append(decision)
+        logger.debug("%s/%s: %s", node.function, node.label, decision)
+    plan = FoldPlan(graph, tuple(decisions), policy.name)
+    logger.info("%s", plan.explain(verbose=False))
+    return plan
+
+
+def _check_annotations(graph: FoldGraph) -> None:
+    for node in graph.nodes:
+        if node.annotation is not Annotation.ALLOW:
+            continue
+        for inp in node.inputs:
+            if inp.kind is InputKind.NODE and graph.nodes[inp.node].annotation is Annotation.BARRIER:
+                barrier = graph.nodes[inp.node]
+                raise ConflictingAnnotationsError(
+                    f"conflicting annotations in {node.function}: {node.label} = fold_allow"
+                    f"({barrier.label}) where {barrier.label} = fold_barrier(...); a value cannot be "
+                    "both folded and kept behind a barrier. Hint: put fold_allow on the barrier's "
+                    "operand instead, i.e. fold_barrier(fold_allow(x))"
+                )
+
+
+def _allowed_cone(graph: FoldGraph) -> Set[int]:
+    """Nodes upstream of a fold_allow operand, not crossing barriers."""
+    allowed: Set[int] = set()
+    for node in reversed(graph.nodes):
+        if node.annotation is not Annotation.ALLOW and node.id not in allowed:
+            continue
+        for inp in node.inputs:
+            if inp.kind is InputKind.NODE and graph.nodes[inp.node].annotation is not Annotation.BARRIER:
+                allowed.add(inp.node)
+    return allowed
+
+
+def _decide(
+    node: FoldNode,
+    graph: FoldGraph,
+    policy: FoldPolicy,
+    values: Mapping[int, _Value],
+    allowed: Set[int],
+    failures: Mapping[int, str],
+    consumers: Mapping,
+) -> Tuple[FoldDecision, _Value]:
+    def keep(reason: Reason, rule: str = "", detail: str = "", origin: str = "") -> Tuple[FoldDecision, _Value]:
+        decision = FoldDecision(node.id, node.label, node.op, Action.KEEP, reason, rule, detail)
+        return decision, _Value(False, reason, rule, origin or node.label)
+
+    def fold(rule: str, detail: str = "") -> Tuple[FoldDecision, _Value]:
+        decision = FoldDecision(node.id, node.label, node.op, Action.FOLD, Reason.FOLDED, rule, detail)
+        return decision, _Value(True)
+
+    if node.annotation is Annotation.BARRIER:
+        inner = _first_non_constant(node, values)
+        detail = "the barrier stays; nothing that consumes it folds"
+        if inner is None:
+            detail = "operand is constant; " + detail
+        return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, detail)
+
+    blocker = _first_non_constant(node, values)
+    if blocker is not None:
+        label, cause = blocker
+        if cause.reason is Reason.KEPT_BY_BARRIER:
+            return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, f"input {label} is downstream of barrier {cause.origin}", cause.origin)
+        if cause.reason is Reason.KEPT_BY_POLICY:
+            return keep(Reason.KEPT_BY_POLICY, cause.rule, f"input {label} was kept ({cause.origin})", cause.origin)
+        return keep(Reason.NOT_CONSTANT, "", f"input {label} is not constant")
+
+    if node.id in failures:
+        return keep(Reason.EVAL_FAILED, "", failures[node.id])
+    if node.annotation is Annotation.ALLOW:
+        return fold(ALLOW_RULE, "operand is constant; the annotation is removed")
+    if node.unfoldable is not None:
+        return keep(node.unfoldable, "", node.unfoldable_detail)
+    if node.id in allowed:
+        return fold(ALLOW_RULE, "inside a fold_allow subgraph")
+
+    verdict = policy.decide(CallView(node, graph, consumers))
+    if verdict is not None:
+        action, rule = verdict
+        if action is Action.FOLD:
+            return fold(rule.name, rule.description)
+        return keep(Reason.KEPT_BY_POLICY, rule.name, rule.description)
+    if node.default_fold:
+        return fold(DEFAULT_RULE)
+    return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.default_rule)
+
+
+def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optional[Tuple[str, _Value]]:
+    """The first input that is not constant, preferring run-time inputs (the strongest cause)."""
+    found: Optional[Tuple[str, _Value]] = None
+    for inp in node.inputs:
+        if inp.kind is InputKind.RUNTIME:
+            return inp.label, _Value(False, Reason.NOT_CONSTANT, "", inp.label)
+        if inp.kind is InputKind.NODE:
+            value = values[inp.node]
+            if not value.constant:
+                if value.reason is Reason.NOT_CONSTANT:
+                    return inp.label, value
+                found = found or (inp.label, value)
+    return found

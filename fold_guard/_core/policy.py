@@ -1,0 +1,329 @@
+"""Fold policies: ordered rules that say fold, keep, or nothing about a constant call.
+
+A policy only ever sees calls whose inputs are all constant (the planner asks nothing else), so a
+rule such as "keep dequantize of an integer tensor" means "keep dequantize of an integer
+*constant*". The first rule that matches decides; when none matches the IR's default applies
+(what the stock ``FoldConstant`` of that IR would do). Policies compose by concatenating rules.
+
+The registry of named policies is the one piece of module-global state fold_guard has: backends
+register their policy once, and any API that takes a policy then accepts its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+
+from .errors import PreconditionError, UnknownPolicyError
+from .graph import FoldGraph, FoldNode, InputKind, TensorInfo
+from .reasons import Action
+
+__all__ = [
+    "CallView",
+    "Rule",
+    "FoldPolicy",
+    "PolicySpec",
+    "QUANTIZE_OPS",
+    "DEQUANTIZE_OPS",
+    "DEFAULT_GROWTH_FACTOR",
+    "DEFAULT_MIN_RESULT_BYTES",
+    "DEFAULT_POLICY",
+    "KEEP_QDQ_WEIGHTS_POLICY",
+    "SIZE_GUARD_POLICY",
+    "compose",
+    "size_guard",
+    "register_policy",
+    "unregister_policy",
+    "get_policy",
+    "list_policies",
+    "resolve_policy",
+    "policy_registry_scope",
+]
+
+QUANTIZE_OPS = frozenset({"relax.quantize", "qnn.quantize"})
+DEQUANTIZE_OPS = frozenset({"relax.dequantize", "qnn.dequantize"})
+
+#: A fold whose result is more than this many times the bytes of its constant inputs is a
+#: broadcast, tile or creation op in disguise: it trades a cheap run-time op for a big constant.
+DEFAULT_GROWTH_FACTOR = 4.0
+#: Results below this size are never worth keeping for size: the constant costs less than the call.
+DEFAULT_MIN_RESULT_BYTES = 4096
+
+
+class CallView:
+    """What a policy rule sees of one constant call: op, attributes, inputs, outputs, consumers.
+
+    >>> from fold_guard._core.graph import FoldNode, FoldGraph, NodeInput, InputKind, TensorInfo
+    >>> node = FoldNode(0, "relax.zeros", "z", "main", (), (TensorInfo.of("float32", (64, 64)),))
+    >>> view = CallView(node, FoldGraph((node,)))
+    >>> view.result_nbytes, view.constant_input_nbytes
+    (16384, 0)
+    """
+
+    __slots__ = ("node", "graph", "_consumers")
+
+    def __init__(self, node: FoldNode, graph: FoldGraph, consumers: Optional[Mapping] = None):
+        self.node = node
+        self.graph = graph
+        self._consumers = consumers
+
+    @property
+    def op(self) -> str:
+        return self.node.op
+
+    @property
+    def attrs(self) -> Mapping:
+        return self.node.attrs
+
+    @property
+    def input_tensors(self) -> Tuple[Optional[TensorInfo], ...]:
+        return tuple(inp.tensor for inp in self.node.inputs)
+
+    @property
+    def input_dtypes(self) -> Tuple[Optional[str], ...]:
+        return tuple(None if t is None else t.dtype for t in self.input_tensors)
+
+    @property
+    def outputs(self) -> Tuple[TensorInfo, ...]:
+        return self.node.outputs
+
+    @property
+    def result_nbytes(self) -> Optional[int]:
+        sizes = [out.nbytes for out in self.node.outputs]
+        return None if any(size is None for size in sizes) else sum(sizes)
+
+    @property
+    def constant_input_nbytes(self) -> int:
+        return sum(t.nbytes or 0 for t in self.input_tensors if t is not None)
+
+    @property
+    def consumer_ops(self) -> Tuple[str, ...]:
+        if self._consumers is None:
+            self._consumers = self.graph.consumers()
+        return tuple(self.graph.nodes[user].op for user in self._consumers[self.node.id])
+
+    def input_is_constant_literal(self, index: int) -> bool:
+        inputs = self.node.inputs
+        return index < len(inputs) and inputs[index].kind is InputKind.CONSTANT
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One named rule: when ``matches(call)`` holds, the call gets ``action``."""
+
+    name: str
+    action: Action
+    description: str
+    matches: Callable[[CallView], bool]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.action.value}): {self.description}"
+
+
+@dataclass(frozen=True)
+class FoldPolicy:
+    """An ordered tuple of rules; the first matching rule decides, else the IR's default.
+
+    >>> policy = FoldPolicy("keep-exp", "never fold exp", (
+    ...     Rule("keep-exp", Action.KEEP, "exp stays", lambda call: call.op.endswith("exp")),))
+    >>> [str(rule) for rule in policy.rules]
+    ['keep-exp (keep): exp stays']
+    """
+
+    name: str
+    description: str
+    rules: Tuple[Rule, ...] = ()
+
+    def decide(self, call: CallView) -> Optional[Tuple[Action, Rule]]:
+        """The action and the rule that chose it, or None when no rule has an opinion."""
+        for rule in self.rules:
+            if rule.matches(call):
+                return rule.action, rule
+        return None
+
+    def should_fold(self, call: CallView) -> Optional[bool]:
+        """Three-way answer: True (fold), False (keep), None (no opinion: the IR's default)."""
+        verdict = self.decide(call)
+        return None if verdict is None else verdict[0] is Action.FOLD
+
+    def then(self, other: "FoldPolicy") -> "FoldPolicy":
+        """This policy's rules first, then ``other``'s."""
+        return compose(self, other)
+
+    def describe(self) -> str:
+        lines = [f"{self.name}: {self.description}"]
+        lines += [f"  - {rule}" for rule in self.rules] or ["  (no rules: the IR's default decides)"]
+        return "\n".join(lines)
+
+
+def compose(*policies: FoldPolicy, name: Optional[str] = None) -> FoldPolicy:
+    """One policy whose rules are those of ``policies`` in order (earlier policies win).
+
+    >>> compose(KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY).name
+    'keep-qdq-weights+size-guard'
+    """
+    if not policies:
+        raise PreconditionError("compose() needs at least one policy")
+    rules = tuple(rule for policy in policies for rule in policy.rules)
+    joined = name or "+".join(policy.name for policy in policies)
+    description = "; then ".join(policy.description for policy in policies)
+    return FoldPolicy(joined, description, rules)
+
+
+def _is_dequantize_of_integer(call: CallView) -> bool:
+    if call.op not in DEQUANTIZE_OPS or not call.input_dtypes:
+        return False
+    dtype = call.input_dtypes[0] or ""
+    return dtype.startswith("int") or dtype.startswith("uint")
+
+
+def size_guard(
+    growth_factor: float = DEFAULT_GROWTH_FACTOR,
+    *,
+    min_result_bytes: int = DEFAULT_MIN_RESULT_BYTES,
+    name: str = "size-guard",
+) -> FoldPolicy:
+    """A policy that keeps folds whose result is much larger than their constant inputs.
+
+    A call is kept when its result takes at least ``min_result_bytes`` and more than
+    ``growth_factor`` times the bytes of its constant inputs (so ``zeros((1024, 1024))``, a
+    broadcast of a scalar, or a ``tile`` stay as run-time ops).
+
+    >>> guard = size_guard(2.0)
+    >>> guard.rules[0].name
+    'size-guard'
+    """
+    if not growth_factor > 0:
+        raise PreconditionError(f"size_guard growth_factor must be > 0, got {growth_factor!r}")
+    if min_result_bytes < 0:
+        raise PreconditionError(f"size_guard min_result_bytes must be >= 0, got {min_result_bytes!r}")
+
+    def grows_too_much(call: CallView) -> bool:
+        result = call.result_nbytes
+        if result is None or result < min_result_bytes:
+            return False
+        return result > growth_factor * call.constant_input_nbytes
+
+    rule = Rule(
+        name,
+        Action.KEEP,
+        f"keep a fold whose result is >= {min_result_bytes} bytes and more than "
+        f"{growth_factor:g}x the bytes of its constant inputs",
+        grows_too_much,
+    )
+    return FoldPolicy(name, "keep folds that would materialise large constants", (rule,))
+
+
+DEFAULT_POLICY = FoldPolicy(
+    "default", "exactly what the IR's stock FoldConstant folds (no rules of its own)", ()
+)
+
+KEEP_QDQ_WEIGHTS_POLICY = FoldPolicy(
+    "keep-qdq-weights",
+    "fold quantize(constant) into integer constants, keep dequantize(integer constant) for "
+    "QDQ pattern matching",
+    (
+        Rule(
+            "keep-dequantize-of-integer-constant",
+            Action.KEEP,
+            "dequantize of an integer constant stays, so backends can match weight Q/DQ patterns",
+            _is_dequantize_of_integer,
+        ),
+        Rule(
+            "fold-quantize-of-constant",
+            Action.FOLD,
+            "quantize of a constant becomes an integer constant",
+            lambda call: call.op in QUANTIZE_OPS,
+        ),
+    ),
+)
+
+SIZE_GUARD_POLICY = size_guard()
+
+PolicySpec = Union[str, FoldPolicy, Sequence[Union[str, FoldPolicy]]]
+
+_BUILTINS = (DEFAULT_POLICY, KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY)
+_REGISTRY: Dict[str, FoldPolicy] = {policy.name: policy for policy in _BUILTINS}
+
+
+def register_policy(policy: FoldPolicy, *, name: Optional[str] = None, replace: bool = False) -> FoldPolicy:
+    """Register ``policy`` under ``name`` (default ``policy.name``); return it.
+
+    A name that is already registered is an error unless ``replace=True``.
+
+    >>> with policy_registry_scope():
+    ...     _ = register_policy(size_guard(2.0, name="my-npu"))
+    ...     get_policy("my-npu").name
+    'my-npu'
+    """
+    if not isinstance(policy, FoldPolicy):
+        raise PreconditionError(
+            f"register_policy expects a FoldPolicy, got {type(policy).__name__}; "
+            "build one with FoldPolicy(name, description, rules) or compose(...)"
+        )
+    key = name or policy.name
+    if key in _REGISTRY and not replace:
+        raise PreconditionError(
+            f"a policy named {key!r} is already registered; pass replace=True to override it"
+        )
+    if key != policy.name:
+        policy = FoldPolicy(key, policy.description, policy.rules)
+    _REGISTRY[key] = policy
+    return policy
+
+
+def unregister_policy(name: str) -> None:
+    """Remove a registered policy (built-ins included; use policy_registry_scope in tests)."""
+    if name not in _REGISTRY:
+        raise UnknownPolicyError(_unknown_message(name))
+    del _REGISTRY[name]
+
+
+def get_policy(name: str) -> FoldPolicy:
+    """The policy registered under ``name``; UnknownPolicyError lists the known names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownPolicyError(_unknown_message(name)) from None
+
+
+def list_policies() -> Tuple[FoldPolicy, ...]:
+    """Every registered policy, sorted by name (``policy.describe()`` lists its rules)."""
+    return tuple(_REGISTRY[name] for name in sorted(_REGISTRY))
+
+
+def resolve_policy(spec: PolicySpec) -> FoldPolicy:
+    """Turn a name, a FoldPolicy, or a sequence of both (composed in order) into one FoldPolicy.
+
+    >>> resolve_policy(["keep-qdq-weights", "size-guard"]).name
+    'keep-qdq-weights+size-guard'
+    """
+    if isinstance(spec, FoldPolicy):
+        return spec
+    if isinstance(spec, str):
+        return get_policy(spec)
+    if isinstance(spec, (list, tuple)) and spec:
+        return compose(*(resolve_policy(item) for item in spec))
+    raise PreconditionError(
+        f"policy must be a registered name, a FoldPolicy or a non-empty list of them, got {spec!r}; "
+        f"known names: {', '.join(sorted(_REGISTRY))}"
+    )
+
+
+@contextlib.contextmanager
+def policy_registry_scope() -> Iterator[None]:
+    """Restore the registry to its current contents on exit (for tests and notebooks)."""
+    saved = dict(_REGISTRY)
+    try:
+        yield
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(saved)
+
+
+def _unknown_message(name: str) -> str:
+    return (
+        f"unknown fold policy {name!r}; registered policies: {', '.join(sorted(_REGISTRY))}. "
+        "Register a backend policy with fold_guard.register_policy(FoldPolicy(...)) first"
+    )

@@ -1,0 +1,31 @@
+"""The closed set of outcomes a fold decision can have, with the text the report prints."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["Action", "Reason"]
+
+
+class Action(Enum):
+    """What happens to a call: it becomes a constant, or it stays in the IR."""
+
+    FOLD = "fold"
+    KEEP = "keep"
+
+
+class Reason(Enum):
+    """Why a call was folded or kept. ``FOLDED`` is the only reason that goes with ``Action.FOLD``."""
+
+    FOLDED = "folded"
+    KEPT_BY_BARRIER = "kept by barrier"
+    KEPT_BY_POLICY = "kept by policy"
+    NOT_CONSTANT = "not constant"
+    DYNAMIC_SHAPE = "dynamic shape"
+    IMPURE = "impure"
+    UNSUPPORTED = "unsupported"
+    EVAL_FAILED = "evaluation failed"
+
+    @property
+    def text(self) -> str:
+        return self.value
