@@ -1,0 +1,20 @@
+"""fold_guard for Relax (apache-tvm 0.27).
+
+Importing this module registers the ``relax.fold_barrier`` and ``relax.fold_allow`` ops (again
+is harmless) and teaches TVMScript to parse ``R.fold_barrier(x)`` / ``R.fold_allow(x)``.
+
+>>> import fold_guard.relax as fgr
+>>> sorted(name for name in fgr.__all__ if name[0].isupper())
+['FoldConstant', 'FoldResult']
+"""
+
+from ._compat import check_tvm_version as _check_tvm_version
+
+_check_tvm_version()
+
+from ._ops import fold_allow, fold_barrier, register_ops as _register_ops  # noqa: E402
+from ._pass import FoldConstant, FoldResult, fold, plan  # noqa: E402
+
+_register_ops()
+
+__all__ = ["FoldConstant", "FoldResult", "fold", "fold_allow", "fold_barrier", "plan"]

@@ -1,0 +1,102 @@
+"""The one place that knows which TVM release fold_guard.relax runs on.
+
+Relax changed names between releases (``relax.Constant`` became ``tvm.ir.GenericConst``,
+``struct_info`` became ``ty``, ``name_hint`` became ``name``). Everything else in the adapter uses
+the accessors below, so supporting another release means changing this module only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import tvm
+from tvm import relax
+
+from .._core.errors import UnsupportedIRError
+
+__all__ = [
+    "SUPPORTED_TVM",
+    "TVM_VERSION",
+    "check_tvm_version",
+    "Constant",
+    "TensorType",
+    "TupleType",
+    "ShapeType",
+    "is_constant",
+    "constant_array",
+    "make_constant",
+    "type_of",
+    "var_name",
+    "static_shape",
+]
+
+#: Releases the Relax adapter is tested on (major, minor).
+SUPPORTED_TVM: Tuple[Tuple[int, int], ...] = ((0, 27),)
+
+TVM_VERSION: str = tvm.__version__
+
+
+def _major_minor(version: str) -> Optional[Tuple[int, int]]:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def check_tvm_version(version: str = TVM_VERSION) -> None:
+    """Raise UnsupportedIRError unless ``version`` is a release this adapter knows."""
+    if _major_minor(version) not in SUPPORTED_TVM:
+        known = ", ".join(f"{a}.{b}.x" for a, b in SUPPORTED_TVM)
+        raise UnsupportedIRError(
+            f"fold_guard.relax supports apache-tvm {known}, but tvm {version} is installed. "
+            "Hint: pip install 'apache-tvm==0.27.0.post1' 'apache-tvm-ffi==0.1.14.post1'"
+        )
+
+
+Constant = tvm.ir.GenericConst
+TensorType = relax.TensorType
+TupleType = relax.TupleType
+ShapeType = relax.ShapeType
+
+
+def is_constant(expr: Any) -> bool:
+    return isinstance(expr, Constant)
+
+
+def constant_array(const: Any) -> tvm.runtime.Tensor:
+    """The tensor a constant holds."""
+    return const.value
+
+
+def make_constant(array: tvm.runtime.Tensor) -> Any:
+    return relax.const(array)
+
+
+def type_of(expr: Any) -> Any:
+    """The Relax type (formerly struct info) of an expression."""
+    return expr.ty
+
+
+def var_name(var: Any) -> str:
+    return var.name
+
+
+def static_shape(ty: Any) -> Optional[Tuple[Optional[int], ...]]:
+    """Static dims of a TensorType (None per symbolic dim), or None if the shape is unknown."""
+    if not isinstance(ty, TensorType) or ty.shape is None:
+        return None
+    shape = ty.shape
+    values = getattr(shape, "values", None)
+    if values is None:
+        return None
+    return tuple(int(v.value) if isinstance(v, tvm.tirx.IntImm) else None for v in values)
+
+
+def dtype_of(ty: Any) -> str:
+    """dtype string of a TensorType ("" when unknown)."""
+    dtype = ty.dtype
+    if dtype is None:
+        return ""
+    inner = getattr(dtype, "dtype", dtype)
+    return str(inner)

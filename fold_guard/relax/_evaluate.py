@@ -1,0 +1,71 @@
+"""Run the folded calls of a plan, in topological order, on the compiled kernels."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Sequence
+
+import tvm
+from tvm import relax
+
+from .._core.graph import FoldGraph
+from .._core.planner import FoldPlan
+from . import _compat
+from ._kernels import KernelLibrary, KernelSet
+from ._lower import CallSite, SiteKind
+
+__all__ = ["evaluate_plan"]
+
+Values = Dict[int, List[tvm.runtime.Tensor]]
+
+
+def evaluate_plan(
+    plan: FoldPlan,
+    sites: Sequence[CallSite],
+    kernels: KernelSet,
+    library: KernelLibrary,
+    values: Values,
+) -> Dict[int, str]:
+    """Fill ``values`` (node id -> output tensors) for every folded node not yet in it.
+
+    Returns the nodes whose evaluation failed, with the error text; the caller re-plans with them.
+    """
+    failures: Dict[int, str] = {}
+    device = tvm.cpu(0)
+    graph: FoldGraph = plan.graph
+    for decision in plan.folded:
+        node_id = decision.node
+        if node_id in values:
+            continue
+        site = sites[node_id]
+        if any(inp.node is not None and inp.node in failures for inp in graph.nodes[node_id].inputs):
+            continue  # the re-plan will keep this node
+        leaves = [_leaf_value(site, i, graph, values) for i in range(len(site.leaves))]
+        if site.kind is SiteKind.ALLOW:
+            values[node_id] = leaves[:1]
+            continue
+        if site.kind is SiteKind.TENSOR_TO_SHAPE:
+            values[node_id] = [relax.ShapeExpr([int(v) for v in leaves[0].numpy().reshape(-1)])]
+            continue
+        kernel = kernels.kernels.get(node_id)
+        if kernel is None:
+            failures[node_id] = kernels.unsupported.get(node_id, "no kernel was prepared for this call")
+            continue
+        outputs = [
+            tvm.runtime.empty(info.shape, info.dtype, device) for info in graph.nodes[node_id].outputs
+        ]
+        args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
+        try:
+            library.function(kernel)(*args, *outputs)
+        except Exception as err:  # noqa: BLE001 - becomes Reason.EVAL_FAILED; strict re-raises
+            failures[node_id] = f"{type(err).__name__}: {err}".splitlines()[0]
+            continue
+        values[node_id] = outputs
+    return failures
+
+
+def _leaf_value(site: CallSite, index: int, graph: FoldGraph, values: Mapping[int, List]) -> tvm.runtime.Tensor:
+    constant = site.leaf_constants[index]
+    if constant is not None:
+        return _compat.constant_array(constant)
+    source = graph.nodes[site.node_id].inputs[index].node
+    return values[source][0]

@@ -1,0 +1,294 @@
+"""One batched evaluation: legalize every foldable call once per op signature, compile once, run.
+
+Stock ``FoldConstant`` legalizes, builds and runs each call on its own, so its cost grows with the
+number of calls and LLVM work dominates. Here calls are grouped by *op signature*: the operator,
+its attributes, its static arguments, and the dtype and rank of each tensor argument. A group
+whose members all share one shape gets a static kernel; a group whose members differ in shape
+gets one kernel over symbolic shapes, which serves every member. All kernels go into one
+``IRModule`` built once with ``tvm.tirx.build(..., target="llvm")``; the calls then run in
+topological order, passing tensors directly (destination-passing style, as ``call_tir`` does).
+
+Tensor arguments are always passed as buffers (never inlined as immediates), so a kernel does not
+depend on the values of scalar constants such as per-tensor scales. Whether the stock pass would
+fold a call is still decided on the call as the stock pass sees it: scalar constants are given to
+the legalizer as constants, because some legalizers (``astype``) then return a constant instead of
+a TIR call, and the stock pass does not fold those.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from . import _compat
+from ._lower import CALL_TIR_OP, CallSite, SiteKind
+
+__all__ = ["Kernel", "KernelSet", "prepare_kernels", "KernelLibrary"]
+
+logger = logging.getLogger("fold_guard")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """How to run one call: the PrimFunc, and for each of its input buffers a leaf index or a constant."""
+
+    prim_func: tvm.tirx.PrimFunc
+    arg_map: Tuple[object, ...]  # int: index into CallSite.leaves; otherwise a runtime Tensor
+
+
+@dataclass
+class KernelSet:
+    kernels: Dict[int, Kernel] = field(default_factory=dict)
+    #: nodes that cannot be evaluated at all: node id -> why
+    unsupported: Dict[int, str] = field(default_factory=dict)
+    #: nodes fold_guard can evaluate but the stock pass would not fold: node id -> why
+    not_stock_foldable: Dict[int, str] = field(default_factory=dict)
+
+
+def _leaf_type(site: CallSite, index: int) -> relax.TensorType:
+    return _compat.type_of(site.leaves[index])
+
+
+def _signature(site: CallSite) -> Tuple:
+    leaves = tuple(
+        (_compat.dtype_of(_leaf_type(site, i)), len(_compat.static_shape(_leaf_type(site, i)) or ()))
+        for i in range(len(site.leaves))
+    )
+    statics = tuple(_static_key(arg) for arg in site.template_args)
+    attrs = tvm_ffi.structural_hash(site.call.attrs) if site.call.attrs is not None else 0
+    return (site.call.op.name, attrs, leaves, statics)
+
+
+def _static_key(arg: object) -> object:
+    if isinstance(arg, int):
+        return ("leaf",)
+    if isinstance(arg, tuple):
+        return tuple(_static_key(a) for a in arg)
+    return ("static", tvm_ffi.structural_hash(arg))
+
+
+def _shapes(site: CallSite) -> Tuple:
+    return tuple(_compat.static_shape(_leaf_type(site, i)) for i in range(len(site.leaves)))
+
+
+@dataclass
+class _Request:
+    """One function to legalize: a representative call over placeholder parameters."""
+
+    name: str
+    members: List[CallSite]
+    params: List[relax.Var]
+    symbolic: bool
+    for_decision: bool = False
+
+
+def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars_as_constants: bool) -> Tuple[relax.Function, _Request]:
+    site = members[0]
+    params: List[relax.Var] = []
+    leaf_exprs: List[relax.Expr] = []
+    for i in range(len(site.leaves)):
+        ty = _leaf_type(site, i)
+        dtype = _compat.dtype_of(ty)
+        shape = _compat.static_shape(ty) or ()
+        if scalars_as_constants and len(shape) == 0:
+            constant = site.leaf_constants[i]
+            leaf_exprs.append(constant if constant is not None else relax.const(np.zeros((), dtype), dtype))
+            params.append(None)
+            continue
+        dims = [tvm.tirx.Var(f"d{i}_{k}", "int64") for k in range(len(shape))] if symbolic else list(shape)
+        var = relax.Var(f"p{i}", relax.TensorType(dims, dtype))
+        params.append(var)
+        leaf_exprs.append(var)
+
+    def rebuild(arg: object) -> relax.Expr:
+        if isinstance(arg, int):
+            return leaf_exprs[arg]
+        if isinstance(arg, tuple):
+            return relax.Tuple([rebuild(a) for a in arg])
+        return arg
+
+    call = relax.Call(site.call.op, [rebuild(a) for a in site.template_args], site.call.attrs, site.call.ty_args)
+    real_params = [p for p in params if p is not None]
+    bb = relax.BlockBuilder()
+    with bb.function(name, real_params, private=True):
+        with bb.dataflow():
+            out = bb.emit_output(call)
+        bb.emit_func_output(out)
+    func = bb.get()[name]
+    return func, _Request(name, members, params, symbolic, for_decision=scalars_as_constants)
+
+
+def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Optional[tvm.IRModule], Dict[str, str]]:
+    """LegalizeOps over all request functions at once; on failure, one by one to isolate it."""
+    errors: Dict[str, str] = {}
+    try:
+        return relax.transform.LegalizeOps()(tvm.IRModule(functions)), errors
+    except Exception:  # noqa: BLE001 - a legalizer raising anything: isolate it below
+        pass
+    merged = {}
+    for name, func in functions.items():
+        try:
+            part = relax.transform.LegalizeOps()(tvm.IRModule({name: func}))
+        except Exception as err:  # noqa: BLE001 - recorded per request as "cannot evaluate"
+            errors[name] = f"LegalizeOps failed: {err}".splitlines()[0]
+            continue
+        merged.update({gv.name_hint: f for gv, f in part.functions.items()})
+    return (tvm.IRModule(merged) if merged else None), errors
+
+
+def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Kernel], str]:
+    func = mod[request.name]
+    body = func.body
+    bindings = [b for block in body.blocks for b in block.bindings]
+    if len(bindings) != 1:
+        return None, f"legalizes to {len(bindings)} bindings, not a single TIR call"
+    value = bindings[0].value
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == CALL_TIR_OP):
+        kind = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else type(value).__name__
+        return None, f"legalizes to {kind}, not a TIR call"
+    if len(value.args) > 2:
+        return None, "legalized call_tir passes symbolic shape values (tir_vars)"
+    prim_func = mod[value.args[0]]
+    index_of = {param: i for i, param in enumerate(request.params) if param is not None}
+    arg_map: List[object] = []
+    for arg in value.args[1].fields:
+        if isinstance(arg, relax.Var) and arg in index_of:
+            arg_map.append(index_of[arg])
+        elif _compat.is_constant(arg):
+            arg_map.append(_compat.constant_array(arg))
+        else:
+            return None, f"legalized call_tir takes {arg}, which is neither an operand nor a constant"
+    return Kernel(prim_func, tuple(arg_map)), ""
+
+
+def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite]) -> KernelSet:
+    """Find a kernel for every site that could fold, legalizing once per op signature."""
+    result = KernelSet()
+    groups: Dict[Tuple, List[CallSite]] = {}
+    for site in sites:
+        if not site.potentially_constant:
+            continue
+        if site.kind is SiteKind.CALL_TIR:
+            prim_func = mod[site.call.args[0]]
+            result.kernels[site.node_id] = Kernel(prim_func, tuple(range(len(site.leaves))))
+        elif site.kind is SiteKind.OP:
+            groups.setdefault(_signature(site), []).append(site)
+
+    # Step 1. One function per group (symbolic when shapes differ), plus a decision function
+    # where scalar operands are constants, for groups that have scalar operands.
+    functions: Dict[str, relax.Function] = {}
+    requests: List[_Request] = []
+    for index, members in enumerate(groups.values()):
+        shapes = {_shapes(site) for site in members}
+        func, request = _make_request(f"g{index}", members, symbolic=len(shapes) > 1, scalars_as_constants=False)
+        functions[request.name] = func
+        requests.append(request)
+        if any(len(shape or ()) == 0 for shape in next(iter(shapes))):
+            for j, site in enumerate(members):
+                dfunc, drequest = _make_request(f"g{index}_d{j}", [site], symbolic=False, scalars_as_constants=True)
+                functions[drequest.name] = dfunc
+                requests.append(drequest)
+                # one decision per distinct scalar-constant pattern is enough
+                break
+    legalized, errors = _legalize(functions)
+
+    # Step 2. Read back kernels; a symbolic group that did not give one TIR call is retried
+    # per distinct shape.
+    retry: Dict[str, relax.Function] = {}
+    retry_requests: List[_Request] = []
+    for request in requests:
+        if request.name in errors or legalized is None or request.name not in [gv.name_hint for gv in legalized.functions]:
+            why = errors.get(request.name, "LegalizeOps failed")
+            if not request.for_decision:
+                for site in request.members:
+                    result.unsupported[site.node_id] = why
+            continue
+        kernel, why = _single_call_tir(legalized, request)
+        if request.for_decision:
+            if kernel is None:
+                for site in groups[_signature(request.members[0])]:
+                    result.not_stock_foldable[site.node_id] = why
+            continue
+        if kernel is not None:
+            for site in request.members:
+                result.kernels[site.node_id] = kernel
+        elif request.symbolic:
+            by_shape: Dict[Tuple, List[CallSite]] = {}
+            for site in request.members:
+                by_shape.setdefault(_shapes(site), []).append(site)
+            for k, members in enumerate(by_shape.values()):
+                func, sub = _make_request(f"{request.name}_s{k}", members, symbolic=False, scalars_as_constants=False)
+                retry[sub.name] = func
+                retry_requests.append(sub)
+        else:
+            for site in request.members:
+                result.unsupported[site.node_id] = why
+    if retry:
+        legalized, errors = _legalize(retry)
+        for request in retry_requests:
+            kernel, why = (None, errors.get(request.name, "LegalizeOps failed"))
+            if legalized is not None and request.name not in errors:
+                kernel, why = _single_call_tir(legalized, request)
+            for site in request.members:
+                if kernel is not None:
+                    result.kernels[site.node_id] = kernel
+                else:
+                    result.unsupported[site.node_id] = why
+    return result
+
+
+class KernelLibrary:
+    """The distinct PrimFuncs of a set of kernels, compiled together once for the CPU."""
+
+    TARGET = "llvm"
+
+    def __init__(self, kernels: Sequence[Kernel]):
+        self._symbols: Dict[int, str] = {}
+        self._funcs: Dict[str, tvm.tirx.PrimFunc] = {}
+        by_hash: Dict[int, List[Tuple[tvm.tirx.PrimFunc, str]]] = {}
+        for kernel in kernels:
+            key = id(kernel.prim_func)
+            if key in self._symbols:
+                continue
+            bucket = by_hash.setdefault(tvm_ffi.structural_hash(kernel.prim_func), [])
+            symbol = next((s for f, s in bucket if tvm_ffi.structural_equal(f, kernel.prim_func)), None)
+            if symbol is None:
+                symbol = f"fold_guard_kernel_{len(self._funcs)}"
+                self._funcs[symbol] = kernel.prim_func.with_attr("global_symbol", symbol)
+                bucket.append((kernel.prim_func, symbol))
+            self._symbols[key] = symbol
+        self._module = None
+        self.failures: Dict[str, str] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self._funcs)
+
+    def build(self) -> None:
+        """Compile every kernel in one ``tirx.build``; on failure build one by one to isolate it."""
+        if not self._funcs:
+            return
+        try:
+            self._module = {None: tvm.tirx.build(tvm.IRModule(dict(self._funcs)), target=self.TARGET)}
+            return
+        except Exception as err:  # noqa: BLE001 - fall back to per-kernel builds to find the culprit
+            logger.debug("batched kernel build failed (%s); building kernels one by one", err)
+        self._module = {}
+        for symbol, func in self._funcs.items():
+            try:
+                self._module[symbol] = tvm.tirx.build(tvm.IRModule({symbol: func}), target=self.TARGET)
+            except Exception as err:  # noqa: BLE001 - recorded as EVAL_FAILED for the calls using it
+                self.failures[symbol] = f"kernel build failed: {err}".splitlines()[0]
+
+    def function(self, kernel: Kernel):
+        symbol = self._symbols[id(kernel.prim_func)]
+        if symbol in self.failures:
+            raise RuntimeError(self.failures[symbol])
+        module = self._module.get(None) or self._module[symbol]
+        return module[symbol]

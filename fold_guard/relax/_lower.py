@@ -1,0 +1,350 @@
+"""Relax IRModule -> FoldGraph: one FoldNode per call binding, plus what is needed to evaluate it.
+
+The adapter models the stock ``relax.transform.FoldConstant`` (``src/relax/transform/
+fold_constant.cc``) closely, because under the ``default`` policy our output must be structurally
+equal to its output:
+
+* an input is constant when it is a literal constant, or a variable bound to one (also through
+  aliases), or the output of a call that folds; variables bound to tuples, tuple items or match
+  casts are not constant, as in the stock pass;
+* ``call_tir`` of a module PrimFunc folds in any block; operators fold only inside dataflow
+  blocks, and only when ``LegalizeOps`` turns them into a single ``call_tir``;
+* a creation op (no tensor input) whose result has more than 1024 elements is not folded;
+* a variable bound to a ``ShapeExpr`` is substituted into operator arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import tvm
+from tvm import relax
+
+from .._core.errors import PreconditionError, UnsupportedIRError
+from .._core.graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
+from .._core.reasons import Reason
+from . import _compat
+from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+
+__all__ = ["SiteKind", "CallSite", "LoweredModule", "lower_relax", "STOCK_MAX_CREATION_ELEMENTS"]
+
+#: Stock FoldConstant (``ShouldBeFolded``) leaves creation ops above this many elements alone.
+STOCK_MAX_CREATION_ELEMENTS = 1024
+
+CALL_TIR_OP = "relax.call_tir"
+TENSOR_TO_SHAPE_OP = "relax.tensor_to_shape"
+RULE_DATAFLOW_ONLY = "relax folds operators only inside dataflow blocks (call_tir folds anywhere)"
+RULE_LARGE_CREATION = (
+    f"relax does not fold a creation op whose result has more than {STOCK_MAX_CREATION_ELEMENTS} elements"
+)
+
+
+class SiteKind(Enum):
+    OP = "op"  # an operator with FLegalize, evaluated through its legalized TIR kernel
+    CALL_TIR = "call_tir"  # call_tir of a PrimFunc in the module
+    TENSOR_TO_SHAPE = "tensor_to_shape"  # read the shape values straight from the constant
+    ALLOW = "allow"
+    BARRIER = "barrier"
+    OTHER = "other"  # anything fold_guard cannot evaluate
+
+
+@dataclass
+class CallSite:
+    """Adapter-side facts about one node: where it is and how to evaluate it.
+
+    ``leaves`` are the tensor arguments in node-input order; ``template_args`` are the call's
+    arguments with every tensor leaf replaced by its index into ``leaves`` (an ``int``), inline
+    tuples kept as Python tuples, and static arguments (shapes, prim values) as Relax expressions.
+    """
+
+    node_id: int
+    function: str
+    var: relax.Var
+    call: relax.Call
+    kind: SiteKind
+    in_dataflow: bool
+    leaves: List[relax.Expr] = field(default_factory=list)
+    leaf_constants: List[Optional[relax.Expr]] = field(default_factory=list)
+    template_args: List[object] = field(default_factory=list)
+    potentially_constant: bool = False
+
+
+@dataclass
+class LoweredModule:
+    graph_nodes: List[dict]
+    sites: List[CallSite]
+    functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+
+
+@dataclass
+class _Env:
+    """What a variable is bound to, as far as folding is concerned."""
+
+    kind: str  # "const" | "node" | "shape" | "opaque"
+    value: object = None
+    node: Optional[int] = None
+    label: str = ""
+
+
+def lower_relax(mod: tvm.IRModule) -> LoweredModule:
+    """Walk every Relax function of ``mod`` and describe each call binding."""
+    if not isinstance(mod, tvm.IRModule):
+        raise UnsupportedIRError(
+            f"fold_guard.relax expects a tvm.IRModule, got {type(mod).__name__}; "
+            "wrap a function with tvm.IRModule({'main': func})"
+        )
+    lowered = LoweredModule([], [], {})
+    for gvar, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
+        if not isinstance(func, relax.Function):
+            continue
+        name = gvar.name_hint
+        lowered.functions[name] = (gvar, func)
+        _lower_function(mod, name, func, lowered)
+    return lowered
+
+
+def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: LoweredModule) -> None:
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        raise PreconditionError(
+            f"function {name}: body is a {type(body).__name__}, not a SeqExpr; "
+            "hint: run relax.transform.Normalize() first"
+        )
+    env: Dict[relax.Var, _Env] = {}
+    for param in func.params:
+        env[param] = _Env("opaque", label=_compat.var_name(param))
+    for block in body.blocks:
+        in_dataflow = isinstance(block, relax.DataflowBlock)
+        for binding in block.bindings:
+            var = binding.var
+            label = _compat.var_name(var)
+            if isinstance(binding, relax.MatchCast):
+                env[var] = _Env("opaque", label=label)
+                continue
+            value = binding.value
+            if _compat.is_constant(value):
+                env[var] = _Env("const", value=value, label=label)
+            elif isinstance(value, relax.Var):
+                env[var] = env.get(value, _Env("opaque", label=_compat.var_name(value)))
+            elif isinstance(value, relax.ShapeExpr):
+                env[var] = _Env("shape", value=value, label=label)
+            elif isinstance(value, relax.Call):
+                node_id = len(out.sites)
+                site = _lower_call(mod, name, var, value, in_dataflow, env, node_id, out)
+                out.sites.append(site)
+                env[var] = _Env("node", node=node_id, label=label)
+            else:
+                env[var] = _Env("opaque", label=label)
+
+
+def _lower_call(
+    mod: tvm.IRModule,
+    function: str,
+    var: relax.Var,
+    call: relax.Call,
+    in_dataflow: bool,
+    env: Dict[relax.Var, _Env],
+    node_id: int,
+    out: LoweredModule,
+) -> CallSite:
+    label = _compat.var_name(var)
+    op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
+    site = CallSite(node_id, function, var, call, SiteKind.OTHER, in_dataflow)
+    inputs: List[NodeInput] = []
+    unfoldable: Optional[Reason] = None
+    detail = ""
+    annotation = Annotation.NONE
+
+    if not op_name:
+        unfoldable, detail = Reason.UNSUPPORTED, f"call to {call.op} is not an operator; only operators and call_tir fold"
+        display = str(call.op.name_hint) if hasattr(call.op, "name_hint") else type(call.op).__name__
+        for arg in call.args:
+            _add_leaf(arg, env, site, inputs, template=None)
+    elif op_name == CALL_TIR_OP:
+        display = op_name
+        site.kind = SiteKind.CALL_TIR
+        unfoldable, detail = _check_call_tir(mod, call)
+        fields = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
+        for arg in fields:
+            _add_leaf(arg, env, site, inputs, template=site.template_args)
+        if len(call.args) > 2:
+            unfoldable = unfoldable or Reason.DYNAMIC_SHAPE
+            detail = detail or "call_tir passes symbolic shape values (tir_vars)"
+    else:
+        display = op_name
+        if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
+            if len(call.args) != 1:
+                raise UnsupportedIRError(
+                    f"function {function}: {label} = {op_name} has {len(call.args)} operands, expected 1"
+                )
+            annotation = Annotation.BARRIER if op_name == FOLD_BARRIER_OP else Annotation.ALLOW
+            site.kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
+        else:
+            site.kind = SiteKind.OP
+            op = call.op
+            if op_name == TENSOR_TO_SHAPE_OP:
+                site.kind = SiteKind.TENSOR_TO_SHAPE
+                arg_ty = _compat.type_of(call.args[0])
+                if not isinstance(arg_ty, _compat.TensorType) or _compat.dtype_of(arg_ty) != "int64":
+                    unfoldable, detail = Reason.UNSUPPORTED, "tensor_to_shape folds only from an int64 tensor"
+            elif op.get_attr("FLegalize") is None:
+                site.kind = SiteKind.OTHER
+                unfoldable, detail = Reason.UNSUPPORTED, f"{op_name} has no FLegalize, so it has no TIR kernel to evaluate"
+            elif op.get_attr("FPurity") is not None and not bool(op.get_attr("FPurity")):
+                site.kind = SiteKind.OTHER
+                unfoldable, detail = Reason.IMPURE, f"{op_name} is impure"
+        for arg in call.args:
+            site.template_args.append(_add_leaf(arg, env, site, inputs, template=None))
+
+    outputs = _output_infos(_compat.type_of(call))
+    if unfoldable is None and site.kind in (SiteKind.OP, SiteKind.CALL_TIR):
+        if any(not info.is_static for info in outputs if info.dtype != "shape"):
+            unfoldable, detail = Reason.DYNAMIC_SHAPE, f"result type {_compat.type_of(call)} has symbolic dims"
+
+    default_fold, default_rule = True, ""
+    if site.kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE) and not in_dataflow:
+        default_fold, default_rule = False, RULE_DATAFLOW_ONLY
+    elif site.kind in (SiteKind.OP, SiteKind.CALL_TIR) and _is_large_creation(call):
+        default_fold, default_rule = False, RULE_LARGE_CREATION
+
+    site.potentially_constant = all(
+        inp.kind is InputKind.CONSTANT
+        or (inp.kind is InputKind.NODE and out.sites[inp.node].potentially_constant and out.sites[inp.node].kind is not SiteKind.BARRIER)
+        for inp in inputs
+    ) and site.kind is not SiteKind.OTHER
+
+    out.graph_nodes.append(
+        dict(
+            id=node_id,
+            op=display,
+            label=label,
+            function=function,
+            inputs=tuple(inputs),
+            outputs=outputs,
+            attrs=_attrs_dict(call),
+            annotation=annotation,
+            unfoldable=unfoldable,
+            unfoldable_detail=detail,
+            default_fold=default_fold,
+            default_rule=default_rule,
+        )
+    )
+    return site
+
+
+def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, inputs: List[NodeInput], template):
+    """Record ``arg`` as node inputs; return its template form (leaf index, tuple, or static expr)."""
+    if isinstance(arg, relax.Tuple):
+        parts = tuple(_add_leaf(field_, env, site, inputs, template=None) for field_ in arg.fields)
+        if template is not None:
+            template.append(parts)
+        return parts
+    if isinstance(arg, relax.Var):
+        bound = env.get(arg, _Env("opaque", label=_compat.var_name(arg)))
+        if bound.kind == "shape":
+            result = bound.value  # stock substitutes ShapeExpr bindings into operator arguments
+            if template is not None:
+                template.append(result)
+            return result
+    ty = _compat.type_of(arg)
+    is_tensor = isinstance(ty, _compat.TensorType)
+    if not is_tensor and not isinstance(arg, relax.Var):
+        if template is not None:
+            template.append(arg)
+        return arg  # a static argument: ShapeExpr, PrimValue, StringImm, DataTypeImm
+    index = len(site.leaves)
+    site.leaves.append(arg)
+    tensor = _tensor_info(ty) if is_tensor else None
+    constant = None
+    if _compat.is_constant(arg):
+        constant = arg
+        inputs.append(NodeInput(InputKind.CONSTANT, "const", tensor))
+    else:
+        bound = env.get(arg, _Env("opaque", label=_compat.var_name(arg)))
+        name = _compat.var_name(arg)
+        if bound.kind == "const" and is_tensor:
+            constant = bound.value
+            inputs.append(NodeInput(InputKind.CONSTANT, name, tensor))
+        elif bound.kind == "node" and is_tensor:
+            inputs.append(NodeInput(InputKind.NODE, name, tensor, bound.node))
+        else:
+            # parameters, and (as in the stock pass) variables bound to tuples or shapes
+            inputs.append(NodeInput(InputKind.RUNTIME, name, tensor))
+    site.leaf_constants.append(constant)
+    if template is not None:
+        template.append(index)
+    return index
+
+
+def _check_call_tir(mod: tvm.IRModule, call: relax.Call) -> Tuple[Optional[Reason], str]:
+    callee = call.args[0]
+    if not isinstance(callee, tvm.ir.GlobalVar) or callee not in mod.functions:
+        return Reason.UNSUPPORTED, f"call_tir target {callee} is not a function of the module"
+    if not isinstance(mod[callee], tvm.tirx.PrimFunc):
+        return Reason.UNSUPPORTED, f"call_tir target {callee.name_hint} is not a PrimFunc"
+    return None, ""
+
+
+def _tensor_info(ty) -> TensorInfo:
+    return TensorInfo.of(_compat.dtype_of(ty), _compat.static_shape(ty))
+
+
+def _output_infos(ty) -> Tuple[TensorInfo, ...]:
+    if isinstance(ty, _compat.TensorType):
+        return (_tensor_info(ty),)
+    if isinstance(ty, _compat.TupleType):
+        return tuple(info for field_ in ty.fields for info in _output_infos(field_))
+    return (TensorInfo("shape" if isinstance(ty, _compat.ShapeType) else type(ty).__name__, None, 0),)
+
+
+def _contains_tensor(expr: relax.Expr) -> bool:
+    if isinstance(_compat.type_of(expr), _compat.TensorType):
+        return True
+    return isinstance(expr, relax.Tuple) and any(_contains_tensor(f) for f in expr.fields)
+
+
+def _is_large_creation(call: relax.Call) -> bool:
+    """Stock ``ShouldBeFolded``: a call with no tensor argument and a static result > 1024 elements."""
+    ty = _compat.type_of(call)
+    shape = _compat.static_shape(ty)
+    if shape is None or any(dim is None or dim <= 0 for dim in shape):
+        return False
+    elements = 1
+    for dim in shape:
+        elements *= dim
+    if elements <= STOCK_MAX_CREATION_ELEMENTS:
+        return False
+    return not any(_contains_tensor(arg) for arg in call.args)
+
+
+def _attrs_dict(call: relax.Call) -> Dict[str, object]:
+    attrs = call.attrs
+    if attrs is None:
+        return {}
+    result: Dict[str, object] = {}
+    for key in dir(attrs):
+        if key.startswith("_"):
+            continue
+        try:
+            value = getattr(attrs, key)
+        except Exception:  # noqa: BLE001 - reflection of arbitrary attrs; skip what does not read
+            continue
+        if callable(value):
+            continue
+        result[key] = _plain(value)
+    return result
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return value.value
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "Array":
+        try:
+            return tuple(_plain(v) for v in value)
+        except TypeError:
+            return str(value)
+    return str(value)

@@ -1,0 +1,120 @@
+"""The Relax annotation ops ``relax.fold_barrier`` and ``relax.fold_allow``.
+
+Both are identity at run time: their type is their operand's type, they are pure, and
+``LegalizeOps`` lowers them to their operand, so an annotated module compiles and runs as if the
+annotations were not there. Stock ``FoldConstant`` does not fold through them (their legalized
+form is not a TIR call), which is what keeps a barrier alive through a later stock pass.
+
+They are named ``relax.*`` so that the TVMScript printer writes ``R.fold_barrier(x)``; the parser
+learns them from the builders installed on ``tvm.script.parser.relax`` at registration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.ir import _ffi_api as _ir_ffi
+
+from .._core.errors import UnsupportedIRError
+from . import _compat
+
+__all__ = ["FOLD_BARRIER_OP", "FOLD_ALLOW_OP", "register_ops", "fold_barrier", "fold_allow", "is_annotation"]
+
+FOLD_BARRIER_OP = "relax.fold_barrier"
+FOLD_ALLOW_OP = "relax.fold_allow"
+
+_DESCRIPTIONS = {
+    FOLD_BARRIER_OP: "Identity. fold_guard never folds across it: its output is not a constant.",
+    FOLD_ALLOW_OP: "Identity. fold_guard lowers and evaluates the constant subgraph producing its operand.",
+}
+
+
+def _infer_identity_type(call: relax.Call, _builder: Any) -> Any:
+    if len(call.args) != 1:
+        raise UnsupportedIRError(
+            f"{call.op.name} takes exactly one operand, got {len(call.args)} in {call}; "
+            "build it with fold_guard.relax.fold_barrier(expr) / fold_allow(expr)"
+        )
+    return _compat.type_of(call.args[0])
+
+
+def _legalize_to_operand(_builder: Any, call: relax.Call) -> relax.Expr:
+    return call.args[0]
+
+
+def _is_registered(name: str) -> bool:
+    return name in tvm.ir.Op.list_op_names()
+
+
+def register_ops() -> None:
+    """Register both ops and teach the TVMScript parser their builders. Safe to call again."""
+    for name, description in _DESCRIPTIONS.items():
+        if not _is_registered(name):
+            _ir_ffi.RegisterOp(name, description)
+        op = tvm.ir.Op.get(name)
+        if op.get_attr("FInferType") is None:
+            op.set_num_inputs(1)
+            op.add_argument("data", "Tensor", "The annotated value.")
+            op.set_attr("FInferType", _infer_identity_type)
+            op.set_attr("FPurity", True)
+            op.set_attr("FLegalize", _legalize_to_operand)
+    _install_parser_builders()
+
+
+def _install_parser_builders() -> None:
+    # TVMScript resolves `R.<name>` on this module; the printer emits `R.fold_barrier(...)`.
+    import tvm.script.parser.relax as parser_relax
+
+    parser_relax.fold_barrier = fold_barrier
+    parser_relax.fold_allow = fold_allow
+
+
+def _annotate(op_name: str, expr: relax.Expr) -> relax.Call:
+    if not isinstance(expr, relax.Expr):
+        raise UnsupportedIRError(
+            f"{op_name.split('.')[-1]} expects a Relax expression, got {type(expr).__name__} ({expr!r})"
+        )
+    return relax.Call(tvm.ir.Op.get(op_name), [expr])
+
+
+def fold_barrier(expr: relax.Expr) -> relax.Call:
+    """Mark ``expr`` as a fold barrier: nothing that consumes it is folded.
+
+    The operand itself may still fold (a constant subgraph above the barrier collapses into one
+    constant that stays under the barrier). The barrier survives fold_guard's pass and any later
+    stock ``relax.transform.FoldConstant``, and lowers to identity when the module is compiled.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tvm import relax
+    >>> from fold_guard.relax import fold_barrier
+    >>> print(fold_barrier(relax.const(np.zeros(2, "float32"))).op.name)
+    relax.fold_barrier
+    """
+    return _annotate(FOLD_BARRIER_OP, expr)
+
+
+def fold_allow(expr: relax.Expr) -> relax.Call:
+    """Ask that the constant subgraph producing ``expr`` be evaluated, whatever the policy says.
+
+    Precedence is barrier > allow > policy > the IR default: a barrier inside the subgraph still
+    wins. Once ``expr`` has become a constant the annotation disappears; if it cannot (it depends
+    on a run-time input, or an op cannot be evaluated) the annotation stays and the report says
+    why (``strict=True`` raises instead).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tvm import relax
+    >>> from fold_guard.relax import fold_allow
+    >>> print(fold_allow(relax.const(np.zeros(2, "float32"))).op.name)
+    relax.fold_allow
+    """
+    return _annotate(FOLD_ALLOW_OP, expr)
+
+
+def is_annotation(call: Any, op_name: str) -> bool:
+    return isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == op_name

@@ -1,0 +1,271 @@
+"""The fold_guard FoldConstant pass for Relax: lower, plan, evaluate once, rewrite."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.expr_functor import PyExprVisitor, visitor
+
+from .._core.errors import FoldNotPossibleError, PlanInvariantError, UnsupportedIRError
+from .._core.graph import Annotation, FoldGraph, FoldNode
+from .._core.planner import FoldPlan, plan_folds
+from .._core.policy import PolicySpec, resolve_policy
+from .._core.reasons import Action, Reason
+from .._core.report import FoldReport
+from . import _compat
+from ._evaluate import evaluate_plan
+from ._kernels import KernelLibrary, KernelSet, prepare_kernels
+from ._lower import LoweredModule, lower_relax
+from ._rewrite import rewrite_function
+
+__all__ = ["FoldResult", "fold", "plan", "FoldConstant"]
+
+logger = logging.getLogger("fold_guard")
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """What :func:`fold` returns: the new module, whether it differs, the plan and the report."""
+
+    mod: tvm.IRModule
+    modified: bool
+    plan: FoldPlan
+    report: FoldReport
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = {}
+        self._start = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._start
+        self._start = now
+
+
+def _check_module(mod: object) -> None:
+    if not isinstance(mod, tvm.IRModule):
+        raise UnsupportedIRError(
+            f"fold_guard.relax expects a tvm.IRModule, got {type(mod).__name__}; "
+            "hint: wrap a Relax function with tvm.IRModule({'main': func})"
+        )
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc)):
+            raise UnsupportedIRError(
+                f"function {gvar.name_hint} is a {type(func).__module__}.{type(func).__name__}, "
+                "which fold_guard.relax cannot read (is this a Relay module? use fold_guard.relay)"
+            )
+
+
+def _analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: _Timer) -> Tuple[LoweredModule, KernelSet, FoldGraph, object]:
+    _compat.check_tvm_version()
+    _check_module(mod)
+    policy = resolve_policy(policy_spec)
+    # Step 1. Describe every call binding of every Relax function.
+    lowered = lower_relax(mod)
+    timer.lap("lower")
+    # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
+    kernels = prepare_kernels(mod, lowered.sites)
+    timer.lap("legalize")
+    graph = FoldGraph(tuple(_finish_node(fields, kernels) for fields in lowered.graph_nodes))
+    return lowered, kernels, graph, policy
+
+
+def _finish_node(fields: dict, kernels: KernelSet) -> FoldNode:
+    node_id = fields["id"]
+    if fields["unfoldable"] is None and node_id in kernels.unsupported:
+        fields = dict(fields, unfoldable=Reason.UNSUPPORTED, unfoldable_detail=kernels.unsupported[node_id])
+    if node_id in kernels.not_stock_foldable and fields["default_fold"]:
+        why = kernels.not_stock_foldable[node_id]
+        fields = dict(fields, default_fold=False, default_rule=f"relax: {fields['op']} {why}; stock does not fold it")
+    return FoldNode(**fields)
+
+
+def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
+    """Decide what :func:`FoldConstant` would fold in ``mod``, without compiling or changing anything.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tvm
+    >>> from tvm import relax
+    >>> import fold_guard.relax as fgr
+    >>> bb = relax.BlockBuilder()
+    >>> x = relax.Var("x", relax.TensorType((2,), "float32"))
+    >>> with bb.function("main", [x]):
+    ...     with bb.dataflow():
+    ...         w = bb.emit(relax.op.exp(relax.const(np.zeros(2, "float32"))))
+    ...         y = bb.emit_output(relax.op.add(x, w))
+    ...     _ = bb.emit_func_output(y)
+    >>> print(fgr.plan(bb.get()).explain())
+    fold plan under policy 'default': 1 folded, 1 not constant
+      main: lv = relax.exp: folded [default]
+      main: gv = relax.add: not constant: input x is not constant
+    """
+    _, _, graph, resolved = _analyse(mod, policy, _Timer())
+    return plan_folds(graph, resolved)
+
+
+def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False) -> FoldResult:
+    """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
+
+    Returns a :class:`FoldResult`; ``mod`` itself is never changed. With ``strict=True`` a
+    ``fold_allow`` that cannot fold, or a call whose evaluation fails, raises
+    :class:`~fold_guard.FoldNotPossibleError`, and the result is checked with
+    ``relax.analysis.well_formed``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tvm import relax
+    >>> import fold_guard.relax as fgr
+    >>> bb = relax.BlockBuilder()
+    >>> x = relax.Var("x", relax.TensorType((2,), "float32"))
+    >>> with bb.function("main", [x]):
+    ...     with bb.dataflow():
+    ...         w = bb.emit(relax.op.exp(relax.const(np.zeros(2, "float32"))))
+    ...         y = bb.emit_output(relax.op.add(x, fgr.fold_barrier(w)))
+    ...     _ = bb.emit_func_output(y)
+    >>> result = fgr.fold(bb.get())
+    >>> [d.reason.text for d in result.plan.decisions]
+    ['folded', 'kept by barrier', 'not constant']
+    """
+    timer = _Timer()
+    lowered, kernels, graph, resolved = _analyse(mod, policy, timer)
+    # Step 3. Plan with the TVM-free core.
+    fold_plan = plan_folds(graph, resolved)
+    timer.lap("plan")
+    # Step 4. Compile every kernel the plan needs, once.
+    needed = [kernels.kernels[d.node] for d in fold_plan.folded if d.node in kernels.kernels]
+    library = KernelLibrary(needed)
+    library.build()
+    timer.lap("compile")
+    # Step 5. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
+    values: Dict[int, List[tvm.runtime.Tensor]] = {}
+    failures: Dict[int, str] = {}
+    new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values)
+    while new_failures:
+        failures.update(new_failures)
+        fold_plan = plan_folds(graph, resolved, eval_failures=failures)
+        new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values)
+    timer.lap("evaluate")
+    if strict:
+        _raise_if_not_possible(fold_plan)
+    # Step 6. Rewrite each function the way the stock pass does.
+    new_mod = _rewrite_module(mod, lowered, fold_plan, values)
+    timer.lap("rewrite")
+    if strict and not relax.analysis.check_well_formed(new_mod):
+        raise PlanInvariantError("fold_guard produced a module that is not well formed; please report it")
+    report = FoldReport(
+        fold_plan,
+        constant_bytes_before=_constant_bytes(mod),
+        constant_bytes_after=_constant_bytes(new_mod),
+        kernels_compiled=library.size,
+        seconds=dict(timer.seconds),
+    )
+    logger.info("%s", report.explain(verbose=False))
+    modified = not tvm_ffi.structural_equal(new_mod, mod)
+    return FoldResult(new_mod, modified, fold_plan, report)
+
+
+def _raise_if_not_possible(fold_plan: FoldPlan) -> None:
+    for node, decision in zip(fold_plan.graph.nodes, fold_plan.decisions):
+        if decision.reason is Reason.EVAL_FAILED:
+            raise FoldNotPossibleError(
+                f"function {node.function}: evaluating {node.label} = {node.op} failed: {decision.detail}. "
+                "Hint: pass strict=False to keep the call and continue"
+            )
+        if node.annotation is Annotation.ALLOW and decision.action is Action.KEEP:
+            raise FoldNotPossibleError(
+                f"function {node.function}: {node.label} = fold_allow(...) cannot fold: "
+                f"{decision.reason.text}{': ' + decision.detail if decision.detail else ''}. "
+                "Hint: fold_allow needs an operand computed from constants only"
+            )
+
+
+def _rewrite_module(mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values) -> tvm.IRModule:
+    replacements: Dict[str, Dict[relax.Var, relax.Expr]] = {name: {} for name in lowered.functions}
+    for decision in fold_plan.folded:
+        site = lowered.sites[decision.node]
+        outputs = [v if isinstance(v, relax.ShapeExpr) else _compat.make_constant(v) for v in values[decision.node]]
+        is_tuple = isinstance(_compat.type_of(site.call), _compat.TupleType)
+        replacements[site.function][site.var] = relax.Tuple(outputs) if is_tuple else outputs[0]
+    functions = dict(mod.functions)
+    for name, (gvar, func) in lowered.functions.items():
+        functions[gvar] = rewrite_function(mod, func, replacements[name])
+    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+
+
+@visitor
+class _ConstantBytes(PyExprVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+
+    def visit_generic_const_(self, const) -> None:
+        self.total += int(_compat.constant_array(const).numpy().nbytes) if hasattr(const, "value") else 0
+
+
+def _constant_bytes(mod: tvm.IRModule) -> int:
+    counter = _ConstantBytes()
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            counter.visit_expr(func)
+    return counter.total
+
+
+@tvm.transform.module_pass(opt_level=0, name="fold_guard.FoldConstant")
+class _FoldConstantPass:
+    def __init__(self, policy, strict: bool) -> None:
+        self.policy = policy
+        self.strict = strict
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        return fold(mod, policy=self.policy, strict=self.strict).mod
+
+
+def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm.transform.Pass:  # noqa: N802
+    """fold_guard's drop-in for ``relax.transform.FoldConstant``.
+
+    Parameters
+    ----------
+    policy : str, FoldPolicy, or a list of them
+        A registered policy name (``"default"``, ``"keep-qdq-weights"``, ``"size-guard"``, or one a
+        backend registered), a :class:`~fold_guard.FoldPolicy`, or a list composed in order.
+        ``"default"`` folds exactly what the stock pass folds, so the pass can replace it
+        unchanged; annotations then add control where the IR needs it.
+    strict : bool
+        Raise :class:`~fold_guard.FoldNotPossibleError` when a ``fold_allow`` cannot fold or an
+        evaluation fails, instead of keeping the call and reporting why. Off by default, like the
+        stock pass, which silently skips what it cannot evaluate.
+
+    Returns
+    -------
+    tvm.transform.Pass
+        A module pass named ``fold_guard.FoldConstant``.
+
+    Raises
+    ------
+    UnknownPolicyError
+        When a policy name is not registered (raised here, before any module is seen).
+
+    Notes
+    -----
+    Like the stock pass, operators fold only inside dataflow blocks (run
+    ``relax.transform.ConvertToDataflow()`` first to fold more), and every call is evaluated on the
+    CPU through its legalized TIR kernel. All kernels of one module are compiled in one batch.
+
+    Examples
+    --------
+    >>> import fold_guard.relax as fgr
+    >>> fgr.FoldConstant("keep-qdq-weights").info.name
+    'fold_guard.FoldConstant'
+    """
+    return _FoldConstantPass(resolve_policy(policy), bool(strict))

@@ -1,0 +1,105 @@
+"""The reference QDQ ONNX model: reproducible, imports with constant Q/DQ, matches onnxruntime."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+tvm = pytest.importorskip("tvm")
+from tvm import relax  # noqa: E402
+
+from fold_guard.testing import onnx_models  # noqa: E402
+
+_CONST_TYPE = getattr(tvm.ir, "GenericConst", None) or getattr(relax, "Constant")
+
+WEIGHT_SHAPES = sorted([(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (32, 16, 3, 3), (10, 32)])
+BIAS_SHAPES = sorted([(8,), (16,), (16,), (32,), (10,)])
+
+
+def _const_qdq_calls(mod, op_name):
+    """(dtype, shape) of the constant first argument of every call to ``op_name``."""
+    found = []
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                call = binding.value
+                if (
+                    isinstance(call, relax.Call)
+                    and isinstance(call.op, tvm.ir.Op)
+                    and call.op.name == op_name
+                    and isinstance(call.args[0], _CONST_TYPE)
+                ):
+                    array = call.args[0].value.numpy()
+                    found.append((str(array.dtype), tuple(array.shape)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def qdq_model():
+    return onnx_models.make_qdq_cnn(0)
+
+
+@pytest.fixture(scope="module")
+def relax_mod(qdq_model):
+    return onnx_models.import_relax(qdq_model)
+
+
+def test_make_qdq_cnn_is_deterministic(qdq_model):
+    again = onnx_models.make_qdq_cnn(0)
+    assert again.SerializeToString() == qdq_model.SerializeToString()
+    other = onnx_models.make_qdq_cnn(1)
+    assert other.SerializeToString() != qdq_model.SerializeToString()
+
+
+def test_model_is_per_channel_qdq(qdq_model):
+    ops = {node.op_type for node in qdq_model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv", "Relu", "Gemm"} <= ops
+    assert not any(op.startswith("QLinear") for op in ops)  # QDQ, not QOperator format
+    assert [(o.domain, o.version) for o in qdq_model.opset_import] == [("", 13)]
+    assert onnx_models.output_scale(qdq_model) > 0
+
+
+def test_import_has_constant_dequantize_weights(relax_mod):
+    dequantized = _const_qdq_calls(relax_mod, "relax.dequantize")
+    weights = sorted(shape for dtype, shape in dequantized if dtype == "int8")
+    biases = sorted(shape for dtype, shape in dequantized if dtype == "int32")
+    assert weights == WEIGHT_SHAPES
+    assert biases == BIAS_SHAPES
+    assert len(dequantized) == 10
+    assert _const_qdq_calls(relax_mod, "relax.quantize") == []
+
+
+def test_float_weights_give_constant_quantize():
+    mod = onnx_models.import_relax(onnx_models.make_qdq_cnn(0, float_weights=True))
+    quantized = _const_qdq_calls(mod, "relax.quantize")
+    assert sorted(shape for dtype, shape in quantized if dtype == "float32") == WEIGHT_SHAPES
+    assert len(quantized) == 5
+    biases = sorted(shape for dtype, shape in _const_qdq_calls(mod, "relax.dequantize"))
+    assert biases == BIAS_SHAPES
+
+
+def test_sample_input_is_fixed():
+    first = onnx_models.sample_input()
+    assert list(first) == [onnx_models.INPUT_NAME]
+    assert first["input"].shape == onnx_models.INPUT_SHAPE
+    assert first["input"].dtype == np.float32
+    np.testing.assert_array_equal(first["input"], onnx_models.sample_input()["input"])
+
+
+@pytest.mark.slow
+def test_unfolded_build_matches_onnxruntime(qdq_model, relax_mod):
+    atol = onnx_models.output_atol(qdq_model)
+    exe = tvm.compile(relax_mod, target="llvm")
+    vm = relax.VirtualMachine(exe, tvm.cpu())
+    for seed in range(1, 9):
+        feed = onnx_models.sample_input(seed)
+        (expected,) = onnx_models.run_onnxruntime(qdq_model, feed)
+        actual = vm["main"](tvm.runtime.tensor(feed["input"])).numpy()
+        assert actual.shape == (1, onnx_models.NUM_CLASSES)
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=atol)
+    # run_relax is the same pipeline as above.
+    feed = onnx_models.sample_input()
+    (via_helper,) = onnx_models.run_relax(relax_mod, [feed["input"]])
+    np.testing.assert_array_equal(via_helper, vm["main"](tvm.runtime.tensor(feed["input"])).numpy())
