@@ -216,16 +216,24 @@ def _decide(
     return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.default_rule)
 
 
+_CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2}
+
+
 def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optional[Tuple[str, _Value]]:
-    """The first input that is not constant, preferring run-time inputs (the strongest cause)."""
-    found: Optional[Tuple[str, _Value]] = None
+    """The strongest non-constant input, independent of argument order.
+
+    A run-time input (or one that could not fold for any reason other than a keep) ranks first,
+    then a barrier, then a policy keep; ties go to the earliest argument.
+    """
+    found: Optional[Tuple[int, str, _Value]] = None
     for inp in node.inputs:
         if inp.kind is InputKind.RUNTIME:
             return inp.label, _Value(False, Reason.NOT_CONSTANT, "", inp.label)
-        if inp.kind is InputKind.NODE:
+        if inp.kind is InputKind.NODE and not values[inp.node].constant:
             value = values[inp.node]
-            if not value.constant:
-                if value.reason is Reason.NOT_CONSTANT:
-                    return inp.label, value
-                found = found or (inp.label, value)
-    return found
+            rank = _CAUSE_RANK.get(value.reason, 0)
+            if rank == 0:
+                return inp.label, value
+            if found is None or rank < found[0]:
+                found = (rank, inp.label, value)
+    return None if found is None else (found[1], found[2])

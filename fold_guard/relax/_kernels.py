@@ -60,9 +60,9 @@ def _signature(site: CallSite) -> Tuple:
         (_compat.dtype_of(_leaf_type(site, i)), len(_compat.static_shape(_leaf_type(site, i)) or ()))
         for i in range(len(site.leaves))
     )
-    statics = tuple(_static_key(arg) for arg in site.template_args)
+    static_args = tuple(_static_key(arg) for arg in site.template_args)
     attrs = tvm_ffi.structural_hash(site.call.attrs) if site.call.attrs is not None else 0
-    return (site.call.op.name, attrs, leaves, statics)
+    return (site.call.op.name, attrs, leaves, static_args)
 
 
 def _static_key(arg: object) -> object:
@@ -88,21 +88,42 @@ class _Request:
     for_decision: bool = False
 
 
+def _dims_for(members: List[CallSite], symbolic: bool) -> List[List[object]]:
+    """Per leaf, its dims: an int where every member agrees, else a shared symbolic var.
+
+    Two positions whose values agree across all members get the same var, so constraints such
+    as "scale has as many elements as the quantized axis" still type-check.
+    """
+    per_member = [_shapes(site) for site in members]
+    first = per_member[0]
+    shared: Dict[Tuple, tvm.tirx.Var] = {}
+    dims: List[List[object]] = []
+    for i, shape in enumerate(first):
+        leaf_dims: List[object] = []
+        for k in range(len(shape or ())):
+            column = tuple(shapes[i][k] for shapes in per_member)
+            if not symbolic or len(set(column)) == 1:
+                leaf_dims.append(column[0])
+            else:
+                if column not in shared:
+                    shared[column] = tvm.tirx.Var(f"n{len(shared)}", "int64")
+                leaf_dims.append(shared[column])
+        dims.append(leaf_dims)
+    return dims
+
+
 def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars_as_constants: bool) -> Tuple[relax.Function, _Request]:
     site = members[0]
-    params: List[relax.Var] = []
+    params: List[Optional[relax.Var]] = []
     leaf_exprs: List[relax.Expr] = []
-    for i in range(len(site.leaves)):
-        ty = _leaf_type(site, i)
-        dtype = _compat.dtype_of(ty)
-        shape = _compat.static_shape(ty) or ()
-        if scalars_as_constants and len(shape) == 0:
+    for i, leaf_dims in enumerate(_dims_for(members, symbolic)):
+        dtype = _compat.dtype_of(_leaf_type(site, i))
+        if scalars_as_constants and not leaf_dims:
             constant = site.leaf_constants[i]
             leaf_exprs.append(constant if constant is not None else relax.const(np.zeros((), dtype), dtype))
             params.append(None)
             continue
-        dims = [tvm.tirx.Var(f"d{i}_{k}", "int64") for k in range(len(shape))] if symbolic else list(shape)
-        var = relax.Var(f"p{i}", relax.TensorType(dims, dtype))
+        var = relax.Var(f"p{i}", relax.TensorType(leaf_dims, dtype))
         params.append(var)
         leaf_exprs.append(var)
 
@@ -114,14 +135,12 @@ def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars
         return arg
 
     call = relax.Call(site.call.op, [rebuild(a) for a in site.template_args], site.call.attrs, site.call.ty_args)
-    real_params = [p for p in params if p is not None]
     bb = relax.BlockBuilder()
-    with bb.function(name, real_params, private=True):
+    with bb.function(name, [p for p in params if p is not None], private=True):
         with bb.dataflow():
             out = bb.emit_output(call)
         bb.emit_func_output(out)
-    func = bb.get()[name]
-    return func, _Request(name, members, params, symbolic, for_decision=scalars_as_constants)
+    return bb.get()[name], _Request(name, members, params, symbolic, for_decision=scalars_as_constants)
 
 
 def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Optional[tvm.IRModule], Dict[str, str]]:
@@ -186,9 +205,18 @@ def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite]) -> KernelSet:
     requests: List[_Request] = []
     for index, members in enumerate(groups.values()):
         shapes = {_shapes(site) for site in members}
-        func, request = _make_request(f"g{index}", members, symbolic=len(shapes) > 1, scalars_as_constants=False)
-        functions[request.name] = func
-        requests.append(request)
+        try:
+            func, request = _make_request(f"g{index}", members, symbolic=len(shapes) > 1, scalars_as_constants=False)
+            functions[request.name] = func
+            requests.append(request)
+        except Exception:  # noqa: BLE001 - type inference rejected symbolic dims: one kernel per shape
+            by_shape: Dict[Tuple, List[CallSite]] = {}
+            for site in members:
+                by_shape.setdefault(_shapes(site), []).append(site)
+            for k, same_shape in enumerate(by_shape.values()):
+                func, request = _make_request(f"g{index}_s{k}", same_shape, symbolic=False, scalars_as_constants=False)
+                functions[request.name] = func
+                requests.append(request)
         if any(len(shape or ()) == 0 for shape in next(iter(shapes))):
             for j, site in enumerate(members):
                 dfunc, drequest = _make_request(f"g{index}_d{j}", [site], symbolic=False, scalars_as_constants=True)

@@ -554,11 +554,6 @@ def test_plan_is_frozen():
         plan.decisions[0].action = Action.KEEP  # type: ignore[misc]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design doubt: with no run-time/NOT_CONSTANT input, the reported cause is the first "
-    "blocked input in argument order, so add(k, b) and add(b, k) get different reasons",
-)
 @pytest.mark.parametrize("blocked_first", ["policy", "unfoldable"])
 def test_reported_cause_does_not_depend_on_argument_order(blocked_first):
     """

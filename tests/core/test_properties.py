@@ -127,22 +127,22 @@ def ancestors(graph: FoldGraph) -> Dict[int, FrozenSet[int]]:
     return result
 
 
-def reads_runtime(graph: FoldGraph, anc: Mapping[int, FrozenSet[int]], node_id: int) -> bool:
+def reads_runtime(graph: FoldGraph, anc_map: Mapping[int, FrozenSet[int]], node_id: int) -> bool:
     """Whether a run-time input is reachable upstream of ``node_id`` (itself included)."""
     return any(
-        inp.kind is InputKind.RUNTIME for n in anc[node_id] | {node_id} for inp in graph.nodes[n].inputs
+        inp.kind is InputKind.RUNTIME for n in anc_map[node_id] | {node_id} for inp in graph.nodes[n].inputs
     )
 
 
-def is_clean(case: Case, anc, node_id: int) -> bool:
+def is_clean(case: Case, anc_map, node_id: int) -> bool:
     """Nothing at or upstream of ``node_id`` stops folding: no run-time input, barrier,
     unfoldable call or failed evaluation."""
     graph = case.graph
-    for n in anc[node_id] | {node_id}:
+    for n in anc_map[node_id] | {node_id}:
         node = graph.nodes[n]
         if node.annotation is Annotation.BARRIER or node.unfoldable is not None or n in case.failures:
             return False
-    return not reads_runtime(graph, anc, node_id)
+    return not reads_runtime(graph, anc_map, node_id)
 
 
 def reference_fold_no_annotations(case: Case) -> Dict[int, bool]:
@@ -215,7 +215,7 @@ def test_soundness(case):
     at or upstream of it; every barrier is kept; FOLD goes with FOLDED and only with it."""
     plan = case.plan()
     graph = case.graph
-    anc = ancestors(graph)
+    anc_map = ancestors(graph)
     assert len(plan.decisions) == len(graph.nodes)
     for node, d in zip(graph.nodes, plan.decisions):
         assert d.node == node.id and d.label == node.label and d.op == node.op
@@ -223,7 +223,7 @@ def test_soundness(case):
         if node.annotation is Annotation.BARRIER:
             assert d.action is Action.KEEP and d.reason is Reason.KEPT_BY_BARRIER
         if d.action is Action.FOLD:
-            assert is_clean(case, anc, node.id), node
+            assert is_clean(case, anc_map, node.id), node
             # Closure: everything a folded node reads is a literal or folded too.
             for inp in node.inputs:
                 assert inp.kind is InputKind.CONSTANT or plan.folds(inp.node)
@@ -242,9 +242,9 @@ def test_reasons_point_at_a_real_cause(case):
     """
     plan = case.plan()
     graph = case.graph
-    anc = ancestors(graph)
+    anc_map = ancestors(graph)
     for node, d in zip(graph.nodes, plan.decisions):
-        up = anc[node.id] | {node.id}
+        up = anc_map[node.id] | {node.id}
         has_nonconstant_input = any(
             inp.kind is InputKind.RUNTIME or (inp.kind is InputKind.NODE and not plan.folds(inp.node))
             for inp in node.inputs
@@ -253,8 +253,8 @@ def test_reasons_point_at_a_real_cause(case):
             assert any(graph.nodes[n].annotation is Annotation.BARRIER for n in up)
         elif d.reason is Reason.NOT_CONSTANT:
             assert has_nonconstant_input
-            assert reads_runtime(graph, anc, node.id) or any(
-                graph.nodes[n].unfoldable is not None or n in case.failures for n in anc[node.id]
+            assert reads_runtime(graph, anc_map, node.id) or any(
+                graph.nodes[n].unfoldable is not None or n in case.failures for n in anc_map[node.id]
             )
             assert d.detail.startswith("input ") and d.detail.endswith(" is not constant")
         elif d.reason in UNFOLDABLE:
@@ -282,12 +282,12 @@ def test_precedence_allow_over_policy_and_default(case):
     Also: any cone node (stopping at barriers) that is itself clean folds."""
     plan = case.plan()
     graph = case.graph
-    anc = ancestors(graph)
+    anc_map = ancestors(graph)
     for node in graph.nodes:
         if node.annotation is not Annotation.ALLOW:
             continue
-        if is_clean(case, anc, node.id):
-            for n in anc[node.id] | {node.id}:
+        if is_clean(case, anc_map, node.id):
+            for n in anc_map[node.id] | {node.id}:
                 assert plan.folds(n), (node.label, graph.nodes[n])
         # The cone, stopping at barriers, by an explicit walk.
         cone, stack = set(), [node.id]
@@ -298,7 +298,7 @@ def test_precedence_allow_over_policy_and_default(case):
                         cone.add(inp.node)
                         stack.append(inp.node)
         for n in cone:
-            if is_clean(case, anc, n):
+            if is_clean(case, anc_map, n):
                 assert plan.folds(n)
                 assert plan.decisions[n].rule in ("fold_allow",)
 
