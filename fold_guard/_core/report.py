@@ -15,8 +15,8 @@ class FoldReport:
     """The plan that was applied plus measurements of applying it.
 
     ``constant_bytes_before`` / ``constant_bytes_after`` are the bytes of all tensor constants in
-    the module's functions before and after the pass; ``seconds`` maps each step (lower, plan,
-    compile, evaluate, rewrite) to its wall time; ``kernels_compiled`` counts the distinct kernels
+    the module's functions before and after the pass; ``seconds`` maps each step (for Relax: lower,
+    legalize, plan, compile, evaluate, rewrite) to its wall time; ``kernels_compiled`` counts the distinct kernels
     built for the single batched evaluation.
     """
 

@@ -7,6 +7,7 @@ from typing import Dict, List, Mapping, Sequence
 import tvm
 from tvm import relax
 
+from .._core.errors import FoldNotPossibleError
 from .._core.graph import FoldGraph
 from .._core.planner import FoldPlan
 from . import _compat
@@ -24,10 +25,13 @@ def evaluate_plan(
     kernels: KernelSet,
     library: KernelLibrary,
     values: Values,
+    *,
+    strict: bool = False,
 ) -> Dict[int, str]:
     """Fill ``values`` (node id -> output tensors) for every folded node not yet in it.
 
     Returns the nodes whose evaluation failed, with the error text; the caller re-plans with them.
+    With ``strict`` the first failure raises FoldNotPossibleError chained to the original error.
     """
     failures: Dict[int, str] = {}
     device = tvm.cpu(0)
@@ -58,6 +62,12 @@ def evaluate_plan(
             library.function(kernel)(*args, *outputs)
         except Exception as err:  # noqa: BLE001 - becomes Reason.EVAL_FAILED; strict re-raises
             failures[node_id] = f"{type(err).__name__}: {err}".splitlines()[0]
+            if strict:
+                node = graph.nodes[node_id]
+                raise FoldNotPossibleError(
+                    f"function {node.function}: evaluating {node.label} = {node.op} failed: "
+                    f"{failures[node_id]}. Hint: pass strict=False to keep the call and continue"
+                ) from err
             continue
         values[node_id] = outputs
     return failures

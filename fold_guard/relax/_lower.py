@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import tvm
 from tvm import relax
 
 from .._core.errors import PreconditionError, UnsupportedIRError
-from .._core.graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
+from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
 from .._core.reasons import Reason
 from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
@@ -73,7 +73,9 @@ class CallSite:
 
 @dataclass
 class LoweredModule:
-    graph_nodes: List[dict]
+    """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relax functions they came from."""
+
+    nodes: List[FoldNode]
     sites: List[CallSite]
     functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
 
@@ -215,8 +217,8 @@ def _lower_call(
         for inp in inputs
     ) and site.kind is not SiteKind.OTHER
 
-    out.graph_nodes.append(
-        dict(
+    out.nodes.append(
+        FoldNode(
             id=node_id,
             op=display,
             label=label,

@@ -64,11 +64,15 @@ def register_ops() -> None:
 
 
 def _install_parser_builders() -> None:
-    # TVMScript resolves `R.<name>` on this module; the printer emits `R.fold_barrier(...)`.
+    # The printer emits `R.fold_barrier(...)`. `tvm.script.from_source` resolves `R` to the
+    # parser's module, while decorated code resolves it to whatever the user imported as `R`
+    # (usually `tvm.script.relax`), so both modules get the builders.
     import tvm.script.parser.relax as parser_relax
+    import tvm.script.relax as script_relax
 
-    parser_relax.fold_barrier = fold_barrier
-    parser_relax.fold_allow = fold_allow
+    for module in (parser_relax, script_relax):
+        module.fold_barrier = fold_barrier
+        module.fold_allow = fold_allow
 
 
 def _annotate(op_name: str, expr: relax.Expr) -> relax.Call:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -74,18 +75,18 @@ def _analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: _Timer) -> Tuple
     # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
     kernels = prepare_kernels(mod, lowered.sites)
     timer.lap("legalize")
-    graph = FoldGraph(tuple(_finish_node(fields, kernels) for fields in lowered.graph_nodes))
+    graph = FoldGraph(tuple(_with_kernel_facts(node, kernels) for node in lowered.nodes))
     return lowered, kernels, graph, policy
 
 
-def _finish_node(fields: dict, kernels: KernelSet) -> FoldNode:
-    node_id = fields["id"]
-    if fields["unfoldable"] is None and node_id in kernels.unsupported:
-        fields = dict(fields, unfoldable=Reason.UNSUPPORTED, unfoldable_detail=kernels.unsupported[node_id])
-    if node_id in kernels.not_stock_foldable and fields["default_fold"]:
-        why = kernels.not_stock_foldable[node_id]
-        fields = dict(fields, default_fold=False, default_rule=f"relax: {fields['op']} {why}; stock does not fold it")
-    return FoldNode(**fields)
+def _with_kernel_facts(node: FoldNode, kernels: KernelSet) -> FoldNode:
+    """Add what legalization found: no kernel at all, or a kernel the stock pass would not use."""
+    if node.unfoldable is None and node.id in kernels.unsupported:
+        node = dataclasses.replace(node, unfoldable=Reason.UNSUPPORTED, unfoldable_detail=kernels.unsupported[node.id])
+    if node.id in kernels.not_stock_foldable and node.default_fold:
+        why = kernels.not_stock_foldable[node.id]
+        node = dataclasses.replace(node, default_fold=False, default_rule=f"relax: {node.op} {why}; stock does not fold it")
+    return node
 
 
 def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
@@ -150,11 +151,11 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     # Step 5. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
     values: Dict[int, List[tvm.runtime.Tensor]] = {}
     failures: Dict[int, str] = {}
-    new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values)
+    new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values, strict=strict)
     while new_failures:
         failures.update(new_failures)
         fold_plan = plan_folds(graph, resolved, eval_failures=failures)
-        new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values)
+        new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values, strict=strict)
     timer.lap("evaluate")
     if strict:
         _raise_if_not_possible(fold_plan)
