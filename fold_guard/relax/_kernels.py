@@ -186,6 +186,55 @@ def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Ker
     return Kernel(prim_func, tuple(arg_map)), ""
 
 
+def _split_by_shape(members: Sequence[CallSite]) -> List[List[CallSite]]:
+    by_shape: Dict[Tuple, List[CallSite]] = {}
+    for site in members:
+        by_shape.setdefault(_shapes(site), []).append(site)
+    return list(by_shape.values())
+
+
+def _static_requests(name: str, members: Sequence[CallSite]) -> List[Tuple[relax.Function, _Request]]:
+    return [
+        _make_request(f"{name}_s{k}", part, symbolic=False, scalars_as_constants=False)
+        for k, part in enumerate(_split_by_shape(members))
+    ]
+
+
+def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Function, _Request]]:
+    """The kernel request of one op-signature group, plus its decision request if it has scalars."""
+    symbolic = len({_shapes(site) for site in members}) > 1
+    try:
+        requests = [_make_request(name, members, symbolic=symbolic, scalars_as_constants=False)]
+    except Exception:  # noqa: BLE001 - type inference rejected the symbolic dims: one kernel per shape
+        requests = _static_requests(name, members)
+    if any(len(shape or ()) == 0 for shape in _shapes(members[0])):
+        # What the legalizer returns depends on scalar operands being constants, not on their
+        # values, so one decision (on the first member's static shapes) serves the whole group.
+        requests.append(_make_request(f"{name}_decision", members, symbolic=False, scalars_as_constants=True))
+    return requests
+
+
+def _read_back(requests: List[Tuple[relax.Function, _Request]], result: KernelSet) -> List[Tuple[relax.Function, _Request]]:
+    """Legalize ``requests`` together and record their kernels; return the static retries."""
+    legalized, errors = _legalize({request.name: func for func, request in requests})
+    names = set() if legalized is None else {gv.name_hint for gv in legalized.functions}
+    retries: List[Tuple[relax.Function, _Request]] = []
+    for _, request in requests:
+        kernel, why = None, errors.get(request.name, "LegalizeOps failed")
+        if request.name in names:
+            kernel, why = _single_call_tir(legalized, request)
+        if request.for_decision:
+            if kernel is None:
+                result.not_stock_foldable.update({site.node_id: why for site in request.members})
+        elif kernel is not None:
+            result.kernels.update({site.node_id: kernel for site in request.members})
+        elif request.symbolic:
+            retries += _static_requests(request.name, request.members)
+        else:
+            result.unsupported.update({site.node_id: why for site in request.members})
+    return retries
+
+
 def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite]) -> KernelSet:
     """Find a kernel for every site that could fold, legalizing once per op signature."""
     result = KernelSet()
@@ -198,76 +247,13 @@ def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite]) -> KernelSet:
             result.kernels[site.node_id] = Kernel(prim_func, tuple(range(len(site.leaves))))
         elif site.kind is SiteKind.OP:
             groups.setdefault(_signature(site), []).append(site)
-
-    # Step 1. One function per group (symbolic when shapes differ), plus a decision function
-    # where scalar operands are constants, for groups that have scalar operands.
-    functions: Dict[str, relax.Function] = {}
-    requests: List[_Request] = []
-    for index, members in enumerate(groups.values()):
-        shapes = {_shapes(site) for site in members}
-        try:
-            func, request = _make_request(f"g{index}", members, symbolic=len(shapes) > 1, scalars_as_constants=False)
-            functions[request.name] = func
-            requests.append(request)
-        except Exception:  # noqa: BLE001 - type inference rejected symbolic dims: one kernel per shape
-            by_shape: Dict[Tuple, List[CallSite]] = {}
-            for site in members:
-                by_shape.setdefault(_shapes(site), []).append(site)
-            for k, same_shape in enumerate(by_shape.values()):
-                func, request = _make_request(f"g{index}_s{k}", same_shape, symbolic=False, scalars_as_constants=False)
-                functions[request.name] = func
-                requests.append(request)
-        if any(len(shape or ()) == 0 for shape in next(iter(shapes))):
-            for j, site in enumerate(members):
-                dfunc, drequest = _make_request(f"g{index}_d{j}", [site], symbolic=False, scalars_as_constants=True)
-                functions[drequest.name] = dfunc
-                requests.append(drequest)
-                # one decision per distinct scalar-constant pattern is enough
-                break
-    legalized, errors = _legalize(functions)
-
-    # Step 2. Read back kernels; a symbolic group that did not give one TIR call is retried
-    # per distinct shape.
-    retry: Dict[str, relax.Function] = {}
-    retry_requests: List[_Request] = []
-    for request in requests:
-        if request.name in errors or legalized is None or request.name not in [gv.name_hint for gv in legalized.functions]:
-            why = errors.get(request.name, "LegalizeOps failed")
-            if not request.for_decision:
-                for site in request.members:
-                    result.unsupported[site.node_id] = why
-            continue
-        kernel, why = _single_call_tir(legalized, request)
-        if request.for_decision:
-            if kernel is None:
-                for site in groups[_signature(request.members[0])]:
-                    result.not_stock_foldable[site.node_id] = why
-            continue
-        if kernel is not None:
-            for site in request.members:
-                result.kernels[site.node_id] = kernel
-        elif request.symbolic:
-            by_shape: Dict[Tuple, List[CallSite]] = {}
-            for site in request.members:
-                by_shape.setdefault(_shapes(site), []).append(site)
-            for k, members in enumerate(by_shape.values()):
-                func, sub = _make_request(f"{request.name}_s{k}", members, symbolic=False, scalars_as_constants=False)
-                retry[sub.name] = func
-                retry_requests.append(sub)
-        else:
-            for site in request.members:
-                result.unsupported[site.node_id] = why
-    if retry:
-        legalized, errors = _legalize(retry)
-        for request in retry_requests:
-            kernel, why = (None, errors.get(request.name, "LegalizeOps failed"))
-            if legalized is not None and request.name not in errors:
-                kernel, why = _single_call_tir(legalized, request)
-            for site in request.members:
-                if kernel is not None:
-                    result.kernels[site.node_id] = kernel
-                else:
-                    result.unsupported[site.node_id] = why
+    # Step 1. One request per group, symbolic where the members' shapes differ.
+    requests = [req for index, members in enumerate(groups.values()) for req in _group_requests(f"g{index}", members)]
+    # Step 2. One LegalizeOps over all of them; a symbolic request that does not give a single
+    # TIR call is retried once per distinct shape (static requests are never retried).
+    retries = _read_back(requests, result)
+    if retries:
+        _read_back(retries, result)
     return result
 
 
