@@ -91,12 +91,17 @@ class FoldPlan:
 
 @dataclass(frozen=True)
 class _Value:
-    """Whether a node's output is constant and, if not, the cause consumers inherit."""
+    """Whether a node's output is constant and, if not, the cause consumers inherit.
+
+    ``origin`` is where the cause starts (a run-time input, a barrier, a kept or unevaluable
+    call) and ``detail`` what went wrong there, so a ``fold_allow`` far downstream can say why.
+    """
 
     constant: bool
     reason: Reason = Reason.FOLDED
     rule: str = ""
     origin: str = ""
+    detail: str = ""
 
 
 def plan_folds(
@@ -172,9 +177,9 @@ def _decide(
     failures: Mapping[int, str],
     consumers: Mapping,
 ) -> Tuple[FoldDecision, _Value]:
-    def keep(reason: Reason, rule: str = "", detail: str = "", origin: str = "") -> Tuple[FoldDecision, _Value]:
+    def keep(reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None) -> Tuple[FoldDecision, _Value]:
         decision = FoldDecision(node.id, node.label, node.op, Action.KEEP, reason, rule, detail)
-        return decision, _Value(False, reason, rule, origin or node.label)
+        return decision, cause or _Value(False, reason, rule, node.label, detail)
 
     def fold(rule: str, detail: str = "") -> Tuple[FoldDecision, _Value]:
         decision = FoldDecision(node.id, node.label, node.op, Action.FOLD, Reason.FOLDED, rule, detail)
@@ -191,10 +196,14 @@ def _decide(
     if blocker is not None:
         label, cause = blocker
         if cause.reason is Reason.KEPT_BY_BARRIER:
-            return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, f"input {label} is downstream of barrier {cause.origin}", cause.origin)
+            return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, f"input {label} is downstream of barrier {cause.origin}", cause)
         if cause.reason is Reason.KEPT_BY_POLICY:
-            return keep(Reason.KEPT_BY_POLICY, cause.rule, f"input {label} was kept ({cause.origin})", cause.origin)
-        return keep(Reason.NOT_CONSTANT, "", f"input {label} is not constant")
+            return keep(Reason.KEPT_BY_POLICY, cause.rule, f"input {label} was kept ({cause.origin})", cause)
+        if node.annotation is Annotation.ALLOW and cause.reason is not Reason.NOT_CONSTANT:
+            # the allow asked for this subgraph to be evaluated: report the root cause
+            where = "" if cause.origin == label else f"{cause.origin}: "
+            return keep(cause.reason, "", f"operand {label} cannot fold: {where}{cause.detail}", cause)
+        return keep(Reason.NOT_CONSTANT, "", f"input {label} is not constant", cause)
 
     if node.id in failures:
         return keep(Reason.EVAL_FAILED, "", failures[node.id])
@@ -228,7 +237,7 @@ def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optiona
     found: Optional[Tuple[int, str, _Value]] = None
     for inp in node.inputs:
         if inp.kind is InputKind.RUNTIME:
-            return inp.label, _Value(False, Reason.NOT_CONSTANT, "", inp.label)
+            return inp.label, _Value(False, Reason.NOT_CONSTANT, "", inp.label, "a run-time input")
         if inp.kind is InputKind.NODE and not values[inp.node].constant:
             value = values[inp.node]
             rank = _CAUSE_RANK.get(value.reason, 0)

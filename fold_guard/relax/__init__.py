@@ -9,8 +9,10 @@ is harmless) and teaches TVMScript to parse ``R.fold_barrier(x)`` / ``R.fold_all
 """
 
 from ._compat import check_tvm_version as _check_tvm_version
+from ._compat import register_errors_with_ffi as _register_errors_with_ffi
 
 _check_tvm_version()
+_register_errors_with_ffi()
 
 from ._ops import fold_allow, fold_barrier, register_ops as _register_ops  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, plan  # noqa: E402

@@ -36,6 +36,21 @@ SUPPORTED_TVM: Tuple[Tuple[int, int], ...] = ((0, 27),)
 TVM_VERSION: str = tvm.__version__
 
 
+def register_errors_with_ffi() -> None:
+    """Let fold_guard's exceptions keep their class when raised inside a pass.
+
+    A module pass runs behind TVM's FFI; an exception raised in it comes back to Python by its
+    class name, and only names registered with ``tvm_ffi`` map back to their class (otherwise the
+    caller sees a plain RuntimeError).
+    """
+    import tvm_ffi
+
+    from .. import _core
+
+    for name in _core.errors.__all__:
+        tvm_ffi.register_error(name, getattr(_core.errors, name))
+
+
 def _major_minor(version: str) -> Optional[Tuple[int, int]]:
     parts = version.split(".")
     try:

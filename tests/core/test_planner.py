@@ -381,7 +381,8 @@ UNFOLDABLE = [
 def test_unfoldable_keeps_its_reason(reason, detail, allowed):
     """
     e = exp(c); u = op(e) [unfoldable]; n = neg(u); (a = allow(n))
-        ==>   e = C; u, n, (a) stay: u with its own reason, n (and a) as not constant
+        ==>   e = C; u, n, (a) stay: u with its own reason, n as not constant,
+              a with u's reason (an allow names the root cause it could not get past)
     """
     g = G()
     e = g.call("relax.exp", g.const("c"), label="e")
@@ -390,11 +391,13 @@ def test_unfoldable_keeps_its_reason(reason, detail, allowed):
     expected = {"e": f"FOLDED {ALLOW_RULE if allowed else DEFAULT_RULE}", "u": reason.name, "n": "NOT_CONSTANT"}
     if allowed:
         g.allow(n, label="a")
-        expected["a"] = "NOT_CONSTANT"
+        expected["a"] = reason.name  # the allow reports the root cause it could not get past
     plan = plan_folds(g.build(), DEFAULT_POLICY)
     assert summary(plan) == expected
     assert decision(plan, "u").detail == detail
     assert decision(plan, "n").detail == "input u is not constant"
+    if allowed:
+        assert decision(plan, "a").detail == f"operand n cannot fold: u: {detail}"
 
 
 def test_unfoldable_beats_a_policy_that_would_fold():
@@ -408,7 +411,8 @@ def test_unfoldable_beats_a_policy_that_would_fold():
 def test_eval_failure_keeps_node_and_downstream(allowed):
     """
     e = exp(c) [evaluation fails]; n = neg(e); (a = allow(n))
-        ==>   e: evaluation failed (with the error text); n, (a): not constant
+        ==>   e: evaluation failed (with the error text); n: not constant;
+              (a): evaluation failed, naming e
     """
     g = G()
     e = g.call("relax.exp", g.const("c"), label="e")
@@ -416,11 +420,13 @@ def test_eval_failure_keeps_node_and_downstream(allowed):
     expected = {"e": "EVAL_FAILED", "n": "NOT_CONSTANT"}
     if allowed:
         g.allow(n, label="a")
-        expected["a"] = "NOT_CONSTANT"
+        expected["a"] = "EVAL_FAILED"
     plan = plan_folds(g.build(), DEFAULT_POLICY, eval_failures={0: "TVMError: boom"})
     assert summary(plan) == expected
     assert decision(plan, "e").detail == "TVMError: boom"
     assert decision(plan, "n").detail == "input e is not constant"
+    if allowed:
+        assert decision(plan, "a").detail == "operand n cannot fold: e: TVMError: boom"
 
 
 def test_eval_failure_on_a_non_constant_node_reports_the_input():

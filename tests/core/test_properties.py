@@ -236,8 +236,10 @@ def test_reasons_point_at_a_real_cause(case):
 
     * KEPT_BY_BARRIER: the node is a barrier or a barrier is upstream.
     * NOT_CONSTANT: a non-constant input, and a run-time input / unfoldable / failed node upstream.
-    * IMPURE / UNSUPPORTED / DYNAMIC_SHAPE: the node's own unfoldable reason and detail.
-    * EVAL_FAILED: the node's own failure, with the adapter's text as detail.
+    * IMPURE / UNSUPPORTED / DYNAMIC_SHAPE: the node's own unfoldable reason and detail, or, for a
+      fold_allow, an upstream node with that reason, named in the detail.
+    * EVAL_FAILED: the node's own failure, with the adapter's text as detail, or, for a
+      fold_allow, an upstream failure named in the detail.
     * KEPT_BY_POLICY: the rule kept this node or a node upstream.
     """
     plan = case.plan()
@@ -257,11 +259,16 @@ def test_reasons_point_at_a_real_cause(case):
                 graph.nodes[n].unfoldable is not None or n in case.failures for n in anc_map[node.id]
             )
             assert d.detail.startswith("input ") and d.detail.endswith(" is not constant")
+        elif d.reason in UNFOLDABLE and has_nonconstant_input:
+            assert node.annotation is Annotation.ALLOW
+            roots = [n for n in anc_map[node.id] if graph.nodes[n].unfoldable is d.reason]
+            assert any(graph.nodes[n].unfoldable_detail in d.detail for n in roots)
         elif d.reason in UNFOLDABLE:
-            assert not has_nonconstant_input
             assert node.unfoldable is d.reason and d.detail == node.unfoldable_detail
+        elif d.reason is Reason.EVAL_FAILED and has_nonconstant_input:
+            assert node.annotation is Annotation.ALLOW
+            assert any(case.failures[n] in d.detail for n in anc_map[node.id] if n in case.failures)
         elif d.reason is Reason.EVAL_FAILED:
-            assert not has_nonconstant_input
             assert d.detail == case.failures[node.id]
         elif d.reason is Reason.KEPT_BY_POLICY:
             assert d.rule in ("keep-random", "default")
