@@ -108,16 +108,25 @@ def lower_relax(mod: tvm.IRModule) -> LoweredModule:
 
 
 def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: LoweredModule) -> None:
-    body = func.body
-    if not isinstance(body, relax.SeqExpr):
+    if not isinstance(func.body, relax.SeqExpr):
         raise PreconditionError(
-            f"function {name}: body is a {type(body).__name__}, not a SeqExpr; "
+            f"function {name}: body is a {type(func.body).__name__}, not a SeqExpr; "
             "hint: run relax.transform.Normalize() first"
         )
-    env: Dict[relax.Var, _Env] = {}
-    for param in func.params:
-        env[param] = _Env("opaque", label=_compat.var_name(param))
-    for block in body.blocks:
+    env: Dict[relax.Var, _Env] = {param: _Env("opaque", label=_compat.var_name(param)) for param in func.params}
+    _lower_seq(mod, name, name, func.body, env, out)
+
+
+def _lower_seq(
+    mod: tvm.IRModule, name: str, scope: str, seq: relax.SeqExpr, env: Dict[relax.Var, _Env], out: LoweredModule
+) -> None:
+    """Describe the bindings of ``seq``, recursing into If branches and nested functions.
+
+    The stock pass visits those too; their bindings see the enclosing variables (``env`` is
+    copied, so a branch's bindings do not leak out of it). ``name`` is the module-level function
+    the rewrite changes; ``scope`` names the nested function in messages (``main/inner``).
+    """
+    for block in seq.blocks:
         in_dataflow = isinstance(block, relax.DataflowBlock)
         for binding in block.bindings:
             var = binding.var
@@ -134,16 +143,25 @@ def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Low
                 env[var] = _Env("shape", value=value, label=label)
             elif isinstance(value, relax.Call):
                 node_id = len(out.sites)
-                site = _lower_call(mod, name, var, value, in_dataflow, env, node_id, out)
+                site = _lower_call(mod, name, scope, var, value, in_dataflow, env, node_id, out)
                 out.sites.append(site)
                 env[var] = _Env("node", node=node_id, label=label)
             else:
+                if isinstance(value, relax.If):
+                    for branch in (value.true_branch, value.false_branch):
+                        if isinstance(branch, relax.SeqExpr):
+                            _lower_seq(mod, name, scope, branch, dict(env), out)
+                elif isinstance(value, relax.Function) and isinstance(value.body, relax.SeqExpr):
+                    inner = dict(env)
+                    inner.update({p: _Env("opaque", label=_compat.var_name(p)) for p in value.params})
+                    _lower_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
                 env[var] = _Env("opaque", label=label)
 
 
 def _lower_call(
     mod: tvm.IRModule,
     function: str,
+    scope: str,
     var: relax.Var,
     call: relax.Call,
     in_dataflow: bool,
@@ -161,7 +179,7 @@ def _lower_call(
 
     if not op_name:
         unfoldable, detail = Reason.UNSUPPORTED, f"call to {call.op} is not an operator; only operators and call_tir fold"
-        display = str(call.op.name_hint) if hasattr(call.op, "name_hint") else type(call.op).__name__
+        display = _callee_name(call.op)
         for arg in call.args:
             _add_leaf(arg, env, site, inputs, template=None)
     elif op_name == CALL_TIR_OP:
@@ -179,7 +197,7 @@ def _lower_call(
         if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
             if len(call.args) != 1:
                 raise UnsupportedIRError(
-                    f"function {function}: {label} = {op_name} has {len(call.args)} operands, expected 1"
+                    f"function {scope}: {label} = {op_name} has {len(call.args)} operands, expected 1"
                 )
             annotation = Annotation.BARRIER if op_name == FOLD_BARRIER_OP else Annotation.ALLOW
             site.kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
@@ -222,7 +240,7 @@ def _lower_call(
             id=node_id,
             op=display,
             label=label,
-            function=function,
+            function=scope,
             inputs=tuple(inputs),
             outputs=outputs,
             attrs=_attrs_dict(call),
@@ -278,6 +296,14 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     if template is not None:
         template.append(index)
     return index
+
+
+def _callee_name(callee: relax.Expr) -> str:
+    if isinstance(callee, tvm.ir.GlobalVar):
+        return callee.name_hint
+    if isinstance(callee, relax.Var):
+        return _compat.var_name(callee)
+    return type(callee).__name__
 
 
 def _check_call_tir(mod: tvm.IRModule, call: relax.Call) -> Tuple[Optional[Reason], str]:

@@ -45,6 +45,7 @@ STOCK: dict[str, str] = {}
 # Modules that tvm.compile cannot build in 0.27, folded or not, with the reason.
 NOT_RUNNABLE: dict[str, str] = {
     "tensor_to_shape_const": "LegalizeOps asserts reshape's shape is a ShapeExpr, not a var",
+    "if_branches": "the 0.27 VM segfaults in StorageObj::AllocTensor on the else branch, unfolded too",
 }
 
 
@@ -1069,3 +1070,57 @@ def blockbuilder_where_int64_shape_ops():
             out = bb.emit_output(relax.op.add(x, rows))
         bb.emit_func_output(out)
     return bb.get()
+
+
+@_case("partial")
+def if_branches():
+    """Bindings inside If branches: call_tir folds there, ops (no dataflow block) do not."""
+    rng = _rng(63)
+    c = _f32(rng, 4)
+
+    @I.ir_module
+    class Mod:
+        @T.prim_func(private=True, s_tir=True)
+        def add_one(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+            for i in range(4):
+                with T.sblock("b"):
+                    vi = T.axis.remap("S", [i])
+                    b[vi] = a[vi] + T.float32(1)
+
+        @R.function
+        def main(x: R.Tensor((4,), "float32"), flag: R.Tensor((), "bool")):
+            cls = Mod
+            if flag:
+                # folds: call_tir on a constant, in any block
+                t = R.call_tir(cls.add_one, (R.const(c, "float32"),), out_ty=R.Tensor((4,), "float32"))
+                r = R.add(x, t)  # no fold: runtime x
+            else:
+                e = R.exp(R.const(c, "float32"))  # no fold: an op outside a dataflow block
+                r = R.add(x, e)  # no fold: runtime x
+            return r
+
+    return Mod
+
+
+@_case("folds")
+def nested_function():
+    """A local function's dataflow block folds like a module-level one."""
+    rng = _rng(64)
+    a, b = _f32(rng, 4), _f32(rng, 4)
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((4,), "float32")):
+            @R.function
+            def inner(y: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+                with R.dataflow():
+                    k = R.multiply(R.const(a, "float32"), R.const(b, "float32"))  # folds
+                    z = R.add(y, k)  # no fold: runtime y
+                    R.output(z)
+                return z
+
+            w = inner(x)  # no fold: a call to a function is never evaluated
+            return w
+
+    return Mod

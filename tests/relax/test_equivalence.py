@@ -102,18 +102,30 @@ def _is_impure_callee(op) -> bool:
 
 
 def _constant_only_bindings(mod: tvm.IRModule) -> list[str]:
-    """Pure bindings left computing from known values only (calls on constants, getitems)."""
-    left = []
-    for fname, func in _relax_functions(mod):
-        for block in func.body.blocks:
+    """Pure bindings left computing from known values only (calls on constants, getitems).
+
+    Looks inside If branches and local functions too, as the stock pass does.
+    """
+    left: list[str] = []
+
+    def scan(fname: str, seq: relax.SeqExpr) -> None:
+        for block in seq.blocks:
             for binding in block.bindings:
                 value = binding.value
-                if isinstance(value, relax.Call) and _is_impure_callee(value.op):
+                if isinstance(value, relax.If):
+                    scan(fname, value.true_branch)
+                    scan(fname, value.false_branch)
+                elif isinstance(value, relax.Function):
+                    scan(f"{fname}/{binding.var.name}", value.body)
+                elif isinstance(value, relax.Call) and _is_impure_callee(value.op):
                     continue
-                if isinstance(value, relax.Call) and all(_is_known(a) for a in value.args):
+                elif isinstance(value, relax.Call) and all(_is_known(a) for a in value.args):
                     left.append(f"{fname}/{binding.var.name}")
                 elif isinstance(value, relax.TupleGetItem):
                     left.append(f"{fname}/{binding.var.name}")
+
+    for fname, func in _relax_functions(mod):
+        scan(fname, func.body)
     return left
 
 
@@ -238,7 +250,8 @@ def _flatten(value) -> list[np.ndarray]:
 
 
 def _run(mod: tvm.IRModule, arrays: list[np.ndarray]) -> list[np.ndarray]:
-    exe = tvm.compile(mod, target="llvm")
+    # tvm.compile's pipeline expects local functions lifted (VMShapeLower rejects them)
+    exe = tvm.compile(relax.transform.LambdaLift()(mod), target="llvm")
     dev = tvm.runtime.cpu()
     vm = relax.VirtualMachine(exe, dev)
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
