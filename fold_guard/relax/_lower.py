@@ -181,14 +181,13 @@ def _lower_call(
         unfoldable, detail = Reason.UNSUPPORTED, f"call to {call.op} is not an operator; only operators and call_tir fold"
         display = _callee_name(call.op)
         for arg in call.args:
-            _add_leaf(arg, env, site, inputs, template=None)
+            _add_leaf(arg, env, site, inputs)
     elif op_name == CALL_TIR_OP:
         display = op_name
         site.kind = SiteKind.CALL_TIR
         unfoldable, detail = _check_call_tir(mod, call)
         fields = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
-        for arg in fields:
-            _add_leaf(arg, env, site, inputs, template=site.template_args)
+        site.template_args = [_add_leaf(arg, env, site, inputs) for arg in fields]
         if len(call.args) > 2:
             unfoldable = unfoldable or Reason.DYNAMIC_SHAPE
             detail = detail or "call_tir passes symbolic shape values (tir_vars)"
@@ -215,8 +214,7 @@ def _lower_call(
             elif op.get_attr("FPurity") is not None and not bool(op.get_attr("FPurity")):
                 site.kind = SiteKind.OTHER
                 unfoldable, detail = Reason.IMPURE, f"{op_name} is impure"
-        for arg in call.args:
-            site.template_args.append(_add_leaf(arg, env, site, inputs, template=None))
+        site.template_args = [_add_leaf(arg, env, site, inputs) for arg in call.args]
 
     outputs = _output_infos(_compat.type_of(call))
     if unfoldable is None and site.kind in (SiteKind.OP, SiteKind.CALL_TIR):
@@ -254,26 +252,22 @@ def _lower_call(
     return site
 
 
-def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, inputs: List[NodeInput], template):
-    """Record ``arg`` as node inputs; return its template form (leaf index, tuple, or static expr)."""
+def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, inputs: List[NodeInput]) -> object:
+    """Record ``arg``'s tensors as node inputs; return its template form.
+
+    The template form is a leaf index for a tensor, a tuple of template forms for an inline
+    tuple, and the expression itself for a static argument (a ShapeExpr, also one substituted
+    for a variable bound to it as the stock pass does, a PrimValue, a StringImm, a DataTypeImm).
+    """
     if isinstance(arg, relax.Tuple):
-        parts = tuple(_add_leaf(field_, env, site, inputs, template=None) for field_ in arg.fields)
-        if template is not None:
-            template.append(parts)
-        return parts
-    if isinstance(arg, relax.Var):
-        bound = env.get(arg, _Env("opaque", label=_compat.var_name(arg)))
-        if bound.kind == "shape":
-            result = bound.value  # stock substitutes ShapeExpr bindings into operator arguments
-            if template is not None:
-                template.append(result)
-            return result
+        return tuple(_add_leaf(field_, env, site, inputs) for field_ in arg.fields)
+    bound = env.get(arg, _Env("opaque", label=_compat.var_name(arg))) if isinstance(arg, relax.Var) else None
+    if bound is not None and bound.kind == "shape":
+        return bound.value
     ty = _compat.type_of(arg)
     is_tensor = isinstance(ty, _compat.TensorType)
-    if not is_tensor and not isinstance(arg, relax.Var):
-        if template is not None:
-            template.append(arg)
-        return arg  # a static argument: ShapeExpr, PrimValue, StringImm, DataTypeImm
+    if bound is None and not is_tensor:
+        return arg
     index = len(site.leaves)
     site.leaves.append(arg)
     tensor = _tensor_info(ty) if is_tensor else None
@@ -281,20 +275,17 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     if _compat.is_constant(arg):
         constant = arg
         inputs.append(NodeInput(InputKind.CONSTANT, "const", tensor))
+    elif bound is None:
+        inputs.append(NodeInput(InputKind.RUNTIME, type(arg).__name__, tensor))  # not in ANF
+    elif bound.kind == "const" and is_tensor:
+        constant = bound.value
+        inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
+    elif bound.kind == "node" and is_tensor:
+        inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
     else:
-        bound = env.get(arg, _Env("opaque", label=_compat.var_name(arg)))
-        name = _compat.var_name(arg)
-        if bound.kind == "const" and is_tensor:
-            constant = bound.value
-            inputs.append(NodeInput(InputKind.CONSTANT, name, tensor))
-        elif bound.kind == "node" and is_tensor:
-            inputs.append(NodeInput(InputKind.NODE, name, tensor, bound.node))
-        else:
-            # parameters, and (as in the stock pass) variables bound to tuples or shapes
-            inputs.append(NodeInput(InputKind.RUNTIME, name, tensor))
+        # parameters, and (as in the stock pass) variables bound to tuples or shapes
+        inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
     site.leaf_constants.append(constant)
-    if template is not None:
-        template.append(index)
     return index
 
 
