@@ -61,7 +61,7 @@ def _check_module(mod: object) -> None:
         if not isinstance(func, (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc)):
             raise UnsupportedIRError(
                 f"function {gvar.name_hint} is a {type(func).__module__}.{type(func).__name__}, "
-                "which fold_guard.relax cannot read (is this a Relay module? use fold_guard.relay)"
+                "which fold_guard.relax cannot read (a Relay module? this release folds Relax only)"
             )
 
 
