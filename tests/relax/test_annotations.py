@@ -25,6 +25,7 @@ from tvm.script import relax as R
 
 import fold_guard
 import fold_guard.relax as fgr
+from golden import binding_names, check_before_after
 from fold_guard import Reason
 
 A = np.arange(4, dtype="float32")
@@ -39,25 +40,6 @@ def _copy(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.ir.load_json(tvm.ir.save_json(mod))
 
 
-def _binding_names(mod: tvm.IRModule) -> dict:
-    """function name -> binding variable names, in order (structural equality ignores names)."""
-    names = {}
-    for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            names[gvar.name_hint] = [
-                b.var.name for block in func.body.blocks for b in block.bindings
-            ]
-    return names
-
-
-def _check(before: tvm.IRModule, expected: tvm.IRModule, transform) -> tvm.IRModule:
-    """CompareBeforeAfter, by hand: structure, names, and the input left untouched."""
-    saved = tvm.ir.save_json(before)
-    after = transform(before)
-    tvm.ir.assert_structural_equal(after, expected)
-    assert _binding_names(after) == _binding_names(expected)
-    assert tvm.ir.save_json(before) == saved, "the pass mutated its input"
-    return after
 
 
 def _ops(mod: tvm.IRModule, op_name: str) -> list:
@@ -133,7 +115,7 @@ class PlainConstantSubgraph:
 
 def test_barrier_operand_folds_consumer_does_not():
     """c = A + B; m = c * B; b = barrier(m); d = b + B ==> b = barrier(<(A+B)*B>); d = b + B"""
-    _check(BarrierOnConstantSubgraph, BarrierOnConstantSubgraphExpected, STRICT)
+    check_before_after(BarrierOnConstantSubgraph, BarrierOnConstantSubgraphExpected, STRICT)
 
 
 def test_barrier_decisions_and_reasons():
@@ -176,7 +158,7 @@ class BarrierOnRuntimeValue:
 @pytest.mark.parametrize("policy", ["default", "keep-qdq-weights", "size-guard"])
 def test_barrier_unchanged(before, policy):
     """Nothing to fold: Expected is Before, under every built-in policy."""
-    _check(before, before, fgr.FoldConstant(policy, strict=True))
+    check_before_after(before, before, fgr.FoldConstant(policy, strict=True))
 
 
 # ------------------------------------------------------- guarantee 3 and 5: stock pass, build
@@ -238,7 +220,7 @@ class AllowRemovesItselfExpected:
 
 def test_allow_disappears_once_operand_folds():
     """c = A + B; a = allow(c); y = x + a ==> y = x + <A+B>"""
-    after = _check(AllowRemovesItself, AllowRemovesItselfExpected, STRICT)
+    after = check_before_after(AllowRemovesItself, AllowRemovesItselfExpected, STRICT)
     assert _ops(after, "relax.fold_allow") == []
 
 
@@ -284,7 +266,7 @@ class AllowedQdqWeightExpected:
 
 
 def test_keep_qdq_weights_keeps_dequantize_unchanged():
-    after = _check(QdqWeight, QdqWeight, fgr.FoldConstant("keep-qdq-weights", strict=True))
+    after = check_before_after(QdqWeight, QdqWeight, fgr.FoldConstant("keep-qdq-weights", strict=True))
     assert len(_ops(after, "relax.dequantize")) == 1
     decision = _decision(fgr.fold(QdqWeight, policy="keep-qdq-weights"), "w")
     assert decision.reason is Reason.KEPT_BY_POLICY
@@ -293,7 +275,7 @@ def test_keep_qdq_weights_keeps_dequantize_unchanged():
 
 def test_allow_overrides_keeping_policy():
     """w = dequantize(<int8>); wa = allow(w) ==> <int8 * 0.5> under keep-qdq-weights"""
-    _check(AllowedQdqWeight, AllowedQdqWeightExpected, fgr.FoldConstant("keep-qdq-weights", strict=True))
+    check_before_after(AllowedQdqWeight, AllowedQdqWeightExpected, fgr.FoldConstant("keep-qdq-weights", strict=True))
     decision = _decision(fgr.fold(AllowedQdqWeight, policy="keep-qdq-weights"), "w")
     assert decision.reason is Reason.FOLDED and decision.rule == "fold_allow"
 
@@ -360,8 +342,8 @@ class AllowLargeCreationExpected:
 
 @pytest.mark.parametrize("before", [OutsideDataflow, LargeCreation], ids=["outside-dataflow", "large-creation"])
 def test_ir_default_keeps_unchanged(before):
-    _check(before, before, STRICT)
-    _check(before, before, relax.transform.FoldConstant())  # the same as stock
+    check_before_after(before, before, STRICT)
+    check_before_after(before, before, relax.transform.FoldConstant())  # the same as stock
     decision = fgr.fold(before).plan.decisions[0]
     assert decision.reason is Reason.KEPT_BY_POLICY and decision.rule == "default"
 
@@ -372,7 +354,7 @@ def test_ir_default_keeps_unchanged(before):
     ids=["outside-dataflow", "large-creation"],
 )
 def test_allow_overrides_ir_default(before, expected):
-    _check(before, expected, STRICT)
+    check_before_after(before, expected, STRICT)
 
 
 # ------------------------------------------------------------------------ precedence
@@ -407,7 +389,7 @@ class BarrierInsideAllowExpected:
 
 def test_barrier_inside_allowed_subgraph_wins():
     """a = A+B; b = barrier(a); c = b*B; d = allow(c) ==> b = barrier(<A+B>); c, d stay"""
-    _check(BarrierInsideAllow, BarrierInsideAllowExpected, fgr.FoldConstant(strict=False))
+    check_before_after(BarrierInsideAllow, BarrierInsideAllowExpected, fgr.FoldConstant(strict=False))
     result = fgr.fold(BarrierInsideAllow)
     assert _decision(result, "c").reason is Reason.KEPT_BY_BARRIER
     assert _decision(result, "d").reason is Reason.KEPT_BY_BARRIER
@@ -434,7 +416,7 @@ class AllowOverRuntime:
 
 
 def test_allow_over_runtime_value_stays():
-    _check(AllowOverRuntime, AllowOverRuntime, fgr.FoldConstant(strict=False))
+    check_before_after(AllowOverRuntime, AllowOverRuntime, fgr.FoldConstant(strict=False))
     decision = _decision(fgr.fold(AllowOverRuntime), "b")
     assert decision.reason is Reason.NOT_CONSTANT
     assert "a" in decision.detail
@@ -550,7 +532,7 @@ def test_builder_api_matches_tvmscript():
         bb.emit_func_output(y)
     built = bb.get()
     tvm.ir.assert_structural_equal(built, AllowRemovesItself)
-    assert _binding_names(built) == _binding_names(AllowRemovesItself)
+    assert binding_names(built) == binding_names(AllowRemovesItself)
 
 
 def test_public_tvmscript_namespace_parses_annotations():
@@ -582,7 +564,7 @@ def test_importing_twice_is_harmless():
     assert sorted(before_names) == sorted(after_names) == ["relax.fold_allow", "relax.fold_barrier"]
     # The ops, the parser and the pass all still work after the reload.
     tvm.ir.assert_structural_equal(tvm.script.from_source(BarrierInsideAllow.script(show_meta=True)), BarrierInsideAllow)
-    _check(BarrierOnConstantSubgraph, BarrierOnConstantSubgraphExpected, fgr.FoldConstant(strict=True))
+    check_before_after(BarrierOnConstantSubgraph, BarrierOnConstantSubgraphExpected, fgr.FoldConstant(strict=True))
     assert tvm_ffi.structural_equal(
         fgr.fold_barrier(relax.const(A)), relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [relax.const(A)])
     )

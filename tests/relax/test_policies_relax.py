@@ -16,6 +16,7 @@ from tvm.script import relax as R
 
 import fold_guard
 import fold_guard.relax as fgr
+from golden import binding_names, check_before_after
 from fold_guard import Action, FoldPolicy, Reason, Rule
 
 A = np.arange(4, dtype="float32")
@@ -25,21 +26,6 @@ W_INT8 = (np.arange(16, dtype="int8") - 8).reshape(4, 4)
 W_FP32 = np.linspace(-2.0, 2.0, 16, dtype="float32").reshape(4, 4)
 
 
-def _check(before, expected, transform):
-    saved = tvm.ir.save_json(before)
-    after = transform(before)
-    tvm.ir.assert_structural_equal(after, expected)
-    assert _names(after) == _names(expected)
-    assert tvm.ir.save_json(before) == saved, "the pass mutated its input"
-    return after
-
-
-def _names(mod):
-    return {
-        gv.name_hint: [b.var.name for block in f.body.blocks for b in block.bindings]
-        for gv, f in mod.functions.items()
-        if isinstance(f, relax.Function)
-    }
 
 
 def _by_label(plan):
@@ -106,11 +92,11 @@ class OnlyGrowing:
 
 
 def test_size_guard_keeps_growing_folds_and_folds_small_ones():
-    _check(Growing, GrowingExpected, fgr.FoldConstant("size-guard", strict=True))
+    check_before_after(Growing, GrowingExpected, fgr.FoldConstant("size-guard", strict=True))
 
 
 def test_size_guard_unchanged():
-    _check(OnlyGrowing, OnlyGrowing, fgr.FoldConstant("size-guard", strict=True))
+    check_before_after(OnlyGrowing, OnlyGrowing, fgr.FoldConstant("size-guard", strict=True))
 
 
 def test_size_guard_reasons():
@@ -129,7 +115,7 @@ def test_default_policy_folds_what_size_guard_keeps():
     stock = relax.transform.FoldConstant()(Growing)
     ours = fgr.FoldConstant()(Growing)
     tvm.ir.assert_structural_equal(ours, stock)
-    assert _names(stock)["main"] == ["y0", "y1", "y2", "y3", "y4"]
+    assert binding_names(stock)["main"] == ["y0", "y1", "y2", "y3", "y4"]
 
 
 def test_size_guard_threshold_is_configurable():
@@ -247,7 +233,7 @@ def test_backend_policy_registered_by_name():
         fold_guard.register_policy(_keep_multiply_policy())
         assert "my-npu" in [p.name for p in fold_guard.list_policies()]
         transform = fgr.FoldConstant("my-npu", strict=True)
-        _check(ForBackend, ForBackendExpected, transform)
+        check_before_after(ForBackend, ForBackendExpected, transform)
         decisions = _by_label(fgr.plan(ForBackend, "my-npu"))
         assert (decisions["m"].reason, decisions["m"].rule) == (Reason.KEPT_BY_POLICY, "keep-multiply")
         assert (decisions["o"].reason, decisions["o"].rule) == (Reason.FOLDED, "fold-ones")
@@ -263,7 +249,7 @@ def test_backend_policy_unchanged_when_everything_is_kept():
     keep_all = FoldPolicy("keep-all", "keep everything", (Rule("all", Action.KEEP, "all", lambda call: True),))
     with fold_guard.policy_registry_scope():
         fold_guard.register_policy(keep_all)
-        _check(ForBackend, ForBackend, fgr.FoldConstant("keep-all", strict=True))
+        check_before_after(ForBackend, ForBackend, fgr.FoldConstant("keep-all", strict=True))
 
 
 def test_duplicate_registration_is_an_error_unless_replace():

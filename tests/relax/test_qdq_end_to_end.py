@@ -20,11 +20,10 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import tvm  # noqa: E402
-import tvm_ffi  # noqa: E402
 from tvm import relax  # noqa: E402
 
 import fold_guard.relax as fgr  # noqa: E402
-from fold_guard import Action, Reason  # noqa: E402
+from fold_guard import Reason  # noqa: E402
 from fold_guard.testing import onnx_models  # noqa: E402
 
 KEEP = "keep-qdq-weights"

@@ -1,0 +1,29 @@
+"""Before / Expected checks for Relax golden-IR tests (tvm.testing.CompareBeforeAfter is not in 0.27)."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List
+
+import tvm
+from tvm import relax
+
+
+def binding_names(mod: tvm.IRModule) -> Dict[str, List[str]]:
+    """function name -> binding variable names, in order (structural equality ignores names)."""
+    return {
+        gvar.name_hint: [b.var.name for block in func.body.blocks for b in block.bindings]
+        for gvar, func in mod.functions.items()
+        if isinstance(func, relax.Function)
+    }
+
+
+def check_before_after(
+    before: tvm.IRModule, expected: tvm.IRModule, transform: Callable[[tvm.IRModule], tvm.IRModule]
+) -> tvm.IRModule:
+    """Structure and binding names equal ``expected``; ``before`` itself left untouched."""
+    saved = tvm.ir.save_json(before)
+    after = transform(before)
+    tvm.ir.assert_structural_equal(after, expected)
+    assert binding_names(after) == binding_names(expected)
+    assert tvm.ir.save_json(before) == saved, "the pass mutated its input"
+    return after
