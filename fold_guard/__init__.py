@@ -4,9 +4,13 @@ Two annotation ops, ``fold_barrier`` (never fold across here) and ``fold_allow``
 constant subgraph even where the policy or the IR's default would keep it), and a ``FoldConstant``
 pass that honours them together with named policies.
 
-The IR adapters are submodules, imported on demand so that this package imports without TVM::
+The IR adapters are submodules. Where a supported TVM is installed, ``import fold_guard`` also
+imports ``fold_guard.relax``, which registers the annotation ops, so TVMScript that uses
+``R.fold_barrier`` / ``R.fold_allow`` parses after ``import fold_guard``. Without TVM (or with a
+TVM release the adapter does not support) the TVM-free core still imports; importing
+``fold_guard.relax`` directly then says what is missing::
 
-    import fold_guard.relax   # Relax (apache-tvm >= 0.27)
+    import fold_guard.relax   # Relax (apache-tvm 0.27)
 
 >>> import fold_guard
 >>> [policy.name for policy in fold_guard.list_policies()][:3]
@@ -69,3 +73,16 @@ __all__ = [
     "size_guard",
     "unregister_policy",
 ]
+
+
+def _register_available_adapters() -> None:
+    # Optional by design: the core must import without TVM, and a TVM build without Relax (or an
+    # unsupported release) only means the Relax adapter is unavailable, which importing
+    # fold_guard.relax explicitly reports with a hint.
+    try:
+        from . import relax  # noqa: F401
+    except (ImportError, UnsupportedIRError):
+        pass
+
+
+_register_available_adapters()

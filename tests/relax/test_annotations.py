@@ -568,3 +568,33 @@ def test_importing_twice_is_harmless():
     assert tvm_ffi.structural_equal(
         fgr.fold_barrier(relax.const(A)), relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [relax.const(A)])
     )
+
+
+def test_tvmscript_parses_after_plain_import_fold_guard():
+    """`import fold_guard` alone (no `fold_guard.relax`) is enough for R.fold_barrier to parse."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import fold_guard
+        from tvm.script import ir as I
+        from tvm.script import relax as R
+
+        @I.ir_module
+        class Module:
+            @R.function
+            def main(x: R.Tensor((4,), "float32")):
+                with R.dataflow():
+                    a = R.fold_allow(x)
+                    b = R.fold_barrier(a)
+                    R.output(b)
+                return b
+
+        print(*[b.value.op.name for b in Module["main"].body.blocks[0].bindings])
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["relax.fold_allow", "relax.fold_barrier"]
