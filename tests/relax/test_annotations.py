@@ -570,7 +570,7 @@ def test_importing_twice_is_harmless():
     )
 
 
-def test_tvmscript_parses_after_plain_import_fold_guard():
+def test_tvmscript_parses_after_plain_import_fold_guard(tmp_path):
     """`import fold_guard` alone (no `fold_guard.relax`) is enough for R.fold_barrier to parse."""
     import subprocess
     import sys
@@ -595,6 +595,8 @@ def test_tvmscript_parses_after_plain_import_fold_guard():
         print(*[b.value.op.name for b in Module["main"].body.blocks[0].bindings])
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    path = tmp_path / "annotated.py"  # the parser reads the source back, so not `python -c`
+    path.write_text(script)
+    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["relax.fold_allow", "relax.fold_barrier"]
