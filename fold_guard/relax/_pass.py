@@ -265,6 +265,18 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
 
     Examples
     --------
+    A QDQ weight under ``keep-qdq-weights`` (stock would fold both calls into one fp32 constant)::
+
+        # Before
+        with R.dataflow():
+            w_q = R.quantize(W, scale, zp, axis=0, out_dtype="int8")       # folds: quantize(const)
+            w = R.dequantize(w_q, scale, zp, axis=0, out_dtype="float32")  # kept: dequantize(int8 const)
+            y = R.matmul(x, R.permute_dims(w))                             # not constant: x
+        # After
+        with R.dataflow():
+            w = R.dequantize(W_int8, scale, zp, axis=0, out_dtype="float32")
+            y = R.matmul(x, R.permute_dims(w))
+
     >>> import fold_guard.relax as fgr
     >>> fgr.FoldConstant("keep-qdq-weights").info.name
     'fold_guard.FoldConstant'
