@@ -59,12 +59,13 @@ def dtype_nbytes(dtype: str, shape: Optional[Sequence[Optional[int]]]) -> Option
     >>> dtype_nbytes("float32", (2, None)) is None
     True
     """
-    if shape is None or any(dim is None for dim in shape):
+    if shape is None:
         return None
+    dims = [dim for dim in shape if dim is not None]
     bits = _DTYPE_BITS.get(dtype)
-    if bits is None:
+    if bits is None or len(dims) != len(shape):
         return None
-    return (math.prod(shape) * bits + 7) // 8
+    return (math.prod(dims) * bits + 7) // 8
 
 
 class Annotation(Enum):
@@ -110,6 +111,13 @@ class NodeInput:
     label: str
     tensor: Optional[TensorInfo] = None
     node: Optional[int] = None
+
+    @property
+    def source(self) -> int:
+        """The id of the node this input reads (inputs of kind ``NODE`` only)."""
+        if self.node is None:
+            raise PlanInvariantError(f"input {self.label} of kind {self.kind.value} has no source node")
+        return self.node
 
 
 @dataclass(frozen=True)
@@ -168,5 +176,5 @@ class FoldGraph:
         for node in self.nodes:
             for inp in node.inputs:
                 if inp.kind is InputKind.NODE:
-                    users[inp.node].append(node.id)
+                    users[inp.source].append(node.id)
         return {key: tuple(value) for key, value in users.items()}

@@ -146,8 +146,8 @@ def _check_annotations(graph: FoldGraph) -> None:
         if node.annotation is not Annotation.ALLOW:
             continue
         for inp in node.inputs:
-            if inp.kind is InputKind.NODE and graph.nodes[inp.node].annotation is Annotation.BARRIER:
-                barrier = graph.nodes[inp.node]
+            if inp.kind is InputKind.NODE and graph.nodes[inp.source].annotation is Annotation.BARRIER:
+                barrier = graph.nodes[inp.source]
                 raise ConflictingAnnotationsError(
                     f"conflicting annotations in {node.function}: {node.label} = fold_allow"
                     f"({barrier.label}) where {barrier.label} = fold_barrier(...); a value cannot be "
@@ -163,8 +163,8 @@ def _allowed_cone(graph: FoldGraph) -> Set[int]:
         if node.annotation is not Annotation.ALLOW and node.id not in allowed:
             continue
         for inp in node.inputs:
-            if inp.kind is InputKind.NODE and graph.nodes[inp.node].annotation is not Annotation.BARRIER:
-                allowed.add(inp.node)
+            if inp.kind is InputKind.NODE and graph.nodes[inp.source].annotation is not Annotation.BARRIER:
+                allowed.add(inp.source)
     return allowed
 
 
@@ -238,8 +238,8 @@ def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optiona
     for inp in node.inputs:
         if inp.kind is InputKind.RUNTIME:
             return inp.label, _Value(False, Reason.NOT_CONSTANT, "", inp.label, "a run-time input")
-        if inp.kind is InputKind.NODE and not values[inp.node].constant:
-            value = values[inp.node]
+        if inp.kind is InputKind.NODE and not values[inp.source].constant:
+            value = values[inp.source]
             rank = _CAUSE_RANK.get(value.reason, 0)
             if rank == 0:
                 return inp.label, value

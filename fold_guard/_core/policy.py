@@ -90,8 +90,8 @@ class CallView:
 
     @property
     def result_nbytes(self) -> Optional[int]:
-        sizes = [out.nbytes for out in self.node.outputs]
-        return None if any(size is None for size in sizes) else sum(sizes)
+        sizes = [out.nbytes for out in self.node.outputs if out.nbytes is not None]
+        return None if len(sizes) != len(self.node.outputs) else sum(sizes)
 
     @property
     def constant_input_nbytes(self) -> int:

@@ -8,7 +8,7 @@ import tvm
 from tvm import relax
 
 from .._core.errors import FoldNotPossibleError
-from .._core.graph import FoldGraph
+from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan
 from . import _compat
 from ._kernels import KernelLibrary, KernelSet
@@ -41,7 +41,7 @@ def evaluate_plan(
         if node_id in values:
             continue
         site = sites[node_id]
-        if any(inp.node is not None and inp.node in failures for inp in graph.nodes[node_id].inputs):
+        if any(inp.kind is InputKind.NODE and inp.source in failures for inp in graph.nodes[node_id].inputs):
             continue  # the re-plan will keep this node
         leaves = [_leaf_value(site, i, graph, values) for i in range(len(site.leaves))]
         if site.kind is SiteKind.ALLOW:
@@ -77,5 +77,4 @@ def _leaf_value(site: CallSite, index: int, graph: FoldGraph, values: Mapping[in
     constant = site.leaf_constants[index]
     if constant is not None:
         return _compat.constant_array(constant)
-    source = graph.nodes[site.node_id].inputs[index].node
-    return values[source][0]
+    return values[graph.nodes[site.node_id].inputs[index].source][0]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -277,7 +277,7 @@ class KernelLibrary:
                 self._funcs[symbol] = kernel.prim_func.with_attr("global_symbol", symbol)
                 bucket.append((kernel.prim_func, symbol))
             self._symbols[key] = symbol
-        self._module = None
+        self._modules: Dict[str, Any] = {}  # symbol -> the runtime module that holds it
         self.failures: Dict[str, str] = {}
 
     @property
@@ -289,20 +289,20 @@ class KernelLibrary:
         if not self._funcs:
             return
         try:
-            self._module = {None: tvm.tirx.build(tvm.IRModule(dict(self._funcs)), target=self.TARGET)}
+            batch = tvm.tirx.build(tvm.IRModule(dict(self._funcs)), target=self.TARGET)
+            self._modules = dict.fromkeys(self._funcs, batch)
             return
         except Exception as err:  # noqa: BLE001 - fall back to per-kernel builds to find the culprit
             logger.debug("batched kernel build failed (%s); building kernels one by one", err)
-        self._module = {}
         for symbol, func in self._funcs.items():
             try:
-                self._module[symbol] = tvm.tirx.build(tvm.IRModule({symbol: func}), target=self.TARGET)
+                self._modules[symbol] = tvm.tirx.build(tvm.IRModule({symbol: func}), target=self.TARGET)
             except Exception as err:  # noqa: BLE001 - recorded as EVAL_FAILED for the calls using it
                 self.failures[symbol] = f"kernel build failed: {err}".splitlines()[0]
 
-    def function(self, kernel: Kernel):
+    def function(self, kernel: Kernel) -> Any:
+        """The compiled function for ``kernel``; RuntimeError if its build failed."""
         symbol = self._symbols[id(kernel.prim_func)]
         if symbol in self.failures:
             raise RuntimeError(self.failures[symbol])
-        module = self._module.get(None) or self._module[symbol]
-        return module[symbol]
+        return self._modules[symbol][symbol]

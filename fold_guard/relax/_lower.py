@@ -229,7 +229,7 @@ def _lower_call(
 
     site.potentially_constant = all(
         inp.kind is InputKind.CONSTANT
-        or (inp.kind is InputKind.NODE and out.sites[inp.node].potentially_constant and out.sites[inp.node].kind is not SiteKind.BARRIER)
+        or (inp.kind is InputKind.NODE and out.sites[inp.source].potentially_constant and out.sites[inp.source].kind is not SiteKind.BARRIER)
         for inp in inputs
     ) and site.kind is not SiteKind.OTHER
 
@@ -328,10 +328,12 @@ def _is_large_creation(call: relax.Call) -> bool:
     """Stock ``ShouldBeFolded``: a call with no tensor argument and a static result > 1024 elements."""
     ty = _compat.type_of(call)
     shape = _compat.static_shape(ty)
-    if shape is None or any(dim is None or dim <= 0 for dim in shape):
+    if shape is None:
         return False
     elements = 1
     for dim in shape:
+        if dim is None or dim <= 0:
+            return False  # as stock: symbolic or empty shapes are never "too large"
         elements *= dim
     if elements <= STOCK_MAX_CREATION_ELEMENTS:
         return False
@@ -362,8 +364,5 @@ def _plain(value: object) -> object:
     if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
         return value.value
     if isinstance(value, (list, tuple)) or type(value).__name__ == "Array":
-        try:
-            return tuple(_plain(v) for v in value)
-        except TypeError:
-            return str(value)
+        return tuple(_plain(v) for v in value)  # type: ignore[attr-defined]
     return str(value)

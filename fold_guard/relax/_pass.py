@@ -16,7 +16,7 @@ from tvm.relax.expr_functor import PyExprVisitor, visitor
 from .._core.errors import FoldNotPossibleError, PlanInvariantError, UnsupportedIRError
 from .._core.graph import Annotation, FoldGraph, FoldNode
 from .._core.planner import FoldPlan, plan_folds
-from .._core.policy import PolicySpec, resolve_policy
+from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.reasons import Action, Reason
 from .._core.report import FoldReport
 from . import _compat
@@ -65,7 +65,7 @@ def _check_module(mod: object) -> None:
             )
 
 
-def _analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: _Timer) -> Tuple[LoweredModule, KernelSet, FoldGraph, object]:
+def _analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: _Timer) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
     _compat.check_tvm_version()
     _check_module(mod)
     policy = resolve_policy(policy_spec)
