@@ -14,7 +14,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
 from .._core.errors import FoldNotPossibleError, PlanInvariantError, UnsupportedIRError
-from .._core.graph import Annotation, FoldGraph, FoldNode
+from .._core.graph import Annotation, FoldGraph, FoldNode, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.reasons import Action, Reason
@@ -210,8 +210,11 @@ class _ConstantBytes(PyExprVisitor):
         super().__init__()
         self.total = 0
 
-    def visit_generic_const_(self, const) -> None:
-        self.total += int(_compat.constant_array(const).numpy().nbytes) if hasattr(const, "value") else 0
+    def visit_generic_const_(self, const: relax.Expr) -> None:
+        # from the type, not the data: no copy of every weight just to count it
+        ty = _compat.type_of(const)
+        if isinstance(ty, _compat.TensorType):
+            self.total += dtype_nbytes(_compat.dtype_of(ty), _compat.static_shape(ty)) or 0
 
 
 def _constant_bytes(mod: tvm.IRModule) -> int:

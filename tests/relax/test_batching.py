@@ -97,3 +97,18 @@ def test_astype_of_scalar_constant_is_left_like_stock() -> None:
     decision = result.plan.decisions[0]
     assert decision.reason.text == "kept by policy" and decision.rule == "default"
     assert "not a TIR call" in decision.detail
+
+
+def test_report_counts_constant_bytes_and_kernels() -> None:
+    """y = x + (c1 + c2), c1, c2: (2, 2) float32  ==>  y = x + C: 32 constant bytes become 16."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 2), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.add(relax.const(np.ones((2, 2), "float32")), relax.const(np.ones((2, 2), "float32"))))
+            out = bb.emit_output(relax.op.add(x, c))
+        bb.emit_func_output(out)
+    report = fgr.fold(bb.get(), strict=True).report
+    assert (report.constant_bytes_before, report.constant_bytes_after) == (32, 16)
+    assert report.kernels_compiled == 1
+    assert set(report.seconds) == {"lower", "legalize", "plan", "compile", "evaluate", "rewrite"}
