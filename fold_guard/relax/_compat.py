@@ -7,7 +7,7 @@ the accessors below, so supporting another release means changing this module on
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import tvm
 from tvm import relax
@@ -28,6 +28,9 @@ __all__ = [
     "type_of",
     "var_name",
     "static_shape",
+    "static_shape_under",
+    "dtype_of",
+    "register_errors_with_ffi",
 ]
 
 #: Releases the Relax adapter is tested on (major, minor).
@@ -106,6 +109,19 @@ def static_shape(ty: Any) -> Optional[Tuple[Optional[int], ...]]:
     if values is None:
         return None
     return tuple(int(v.value) if isinstance(v, tvm.tirx.IntImm) else None for v in values)
+
+
+def static_shape_under(ty: Any, values: Dict[Any, int]) -> Optional[Tuple[Optional[int], ...]]:
+    """The dims of a TensorType with its symbolic vars bound to ``values`` (None where unknown)."""
+    from tvm.sym.analyzer import Analyzer  # 0.27 home of the arithmetic analyzer
+
+    if not isinstance(ty, TensorType) or ty.shape is None or getattr(ty.shape, "values", None) is None:
+        return None
+    analyzer = Analyzer()
+    for var, value in values.items():
+        analyzer.bind(var, tvm.tirx.IntImm("int64", value))
+    dims = [analyzer.simplify(dim) for dim in ty.shape.values]
+    return tuple(int(dim.value) if isinstance(dim, tvm.tirx.IntImm) else None for dim in dims)
 
 
 def dtype_of(ty: Any) -> str:

@@ -27,7 +27,7 @@ import tvm_ffi
 from tvm import relax
 
 from . import _compat
-from ._lower import CALL_TIR_OP, CallSite, SiteKind
+from ._lower import CALL_TIR_OP, CallSite, SiteKind, StaticShapeVar
 
 __all__ = ["Kernel", "KernelSet", "prepare_kernels", "KernelLibrary"]
 
@@ -40,6 +40,7 @@ class Kernel:
 
     prim_func: tvm.tirx.PrimFunc
     arg_map: Tuple[object, ...]  # int: index into CallSite.leaves; otherwise a runtime Tensor
+    out_ty: object = None  # the result type the kernel was legalized for (symbolic or static)
 
 
 @dataclass
@@ -55,9 +56,18 @@ def _leaf_type(site: CallSite, index: int) -> relax.TensorType:
     return _compat.type_of(site.leaves[index])
 
 
+def _dim_class(dim: Optional[int]) -> str:
+    # Size-1 (broadcast) and size-0 dims change what a kernel computes, so they are part of the
+    # signature: a symbolic dim never stands for them.
+    return "1" if dim == 1 else "0" if dim == 0 else "n"
+
+
 def _signature(site: CallSite) -> Tuple:
     leaves = tuple(
-        (_compat.dtype_of(_leaf_type(site, i)), len(_compat.static_shape(_leaf_type(site, i)) or ()))
+        (
+            _compat.dtype_of(_leaf_type(site, i)),
+            tuple(_dim_class(dim) for dim in _compat.static_shape(_leaf_type(site, i)) or ()),
+        )
         for i in range(len(site.leaves))
     )
     static_args = tuple(_static_key(arg) for arg in site.template_args)
@@ -68,6 +78,8 @@ def _signature(site: CallSite) -> Tuple:
 def _static_key(arg: object) -> object:
     if isinstance(arg, int):
         return ("leaf",)
+    if isinstance(arg, StaticShapeVar):
+        return ("shape_var", arg.values)
     if isinstance(arg, tuple):
         return tuple(_static_key(a) for a in arg)
     return ("static", tvm_ffi.structural_hash(arg))
@@ -83,12 +95,14 @@ class _Request:
 
     name: str
     members: List[CallSite]
-    params: List[relax.Var]
+    params: List[Optional[relax.Var]]
     symbolic: bool
     for_decision: bool = False
+    #: each symbolic dim var, with its value for every member (in member order)
+    dim_values: Dict[tvm.tirx.Var, Tuple[int, ...]] = field(default_factory=dict)
 
 
-def _dims_for(members: List[CallSite], symbolic: bool) -> List[List[object]]:
+def _dims_for(members: List[CallSite], symbolic: bool) -> Tuple[List[List[object]], Dict[tvm.tirx.Var, Tuple[int, ...]]]:
     """Per leaf, its dims: an int where every member agrees, else a shared symbolic var.
 
     Two positions whose values agree across all members get the same var, so constraints such
@@ -109,14 +123,15 @@ def _dims_for(members: List[CallSite], symbolic: bool) -> List[List[object]]:
                     shared[column] = tvm.tirx.Var(f"n{len(shared)}", "int64")
                 leaf_dims.append(shared[column])
         dims.append(leaf_dims)
-    return dims
+    return dims, {var: column for column, var in shared.items()}
 
 
 def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars_as_constants: bool) -> Tuple[relax.Function, _Request]:
     site = members[0]
     params: List[Optional[relax.Var]] = []
     leaf_exprs: List[relax.Expr] = []
-    for i, leaf_dims in enumerate(_dims_for(members, symbolic)):
+    dims, dim_values = _dims_for(members, symbolic)
+    for i, leaf_dims in enumerate(dims):
         dtype = _compat.dtype_of(_leaf_type(site, i))
         if scalars_as_constants and not leaf_dims:
             constant = site.leaf_constants[i]
@@ -127,20 +142,28 @@ def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars
         params.append(var)
         leaf_exprs.append(var)
 
+    # Shape variables known from their type become parameters too, but not operands: a kernel
+    # that reads one at run time cannot be used (it is rejected when read back).
+    shape_params: List[relax.Var] = []
+
     def rebuild(arg: object) -> relax.Expr:
         if isinstance(arg, int):
             return leaf_exprs[arg]
         if isinstance(arg, tuple):
             return relax.Tuple([rebuild(a) for a in arg])
-        return arg
+        if isinstance(arg, StaticShapeVar):
+            shape_params.append(relax.Var(f"s{len(shape_params)}", _compat.type_of(arg.var)))
+            return shape_params[-1]
+        return arg  # type: ignore[return-value]
 
     call = relax.Call(site.call.op, [rebuild(a) for a in site.template_args], site.call.attrs, site.call.ty_args)
     bb = relax.BlockBuilder()
-    with bb.function(name, [p for p in params if p is not None], private=True):
+    with bb.function(name, [p for p in params if p is not None] + shape_params, private=True):
         with bb.dataflow():
             out = bb.emit_output(call)
         bb.emit_func_output(out)
-    return bb.get()[name], _Request(name, members, params, symbolic, for_decision=scalars_as_constants)
+    request = _Request(name, members, params, symbolic, scalars_as_constants, dim_values)
+    return bb.get()[name], request
 
 
 def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Optional[tvm.IRModule], Dict[str, str]]:
@@ -159,6 +182,28 @@ def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Optional[tvm.IRModu
             continue
         merged.update({gv.name_hint: f for gv, f in part.functions.items()})
     return (tvm.IRModule(merged) if merged else None), errors
+
+
+def _tensor_types(ty: object) -> List[object]:
+    if isinstance(ty, _compat.TupleType):
+        return [t for field_ in ty.fields for t in _tensor_types(field_)]
+    return [ty]
+
+
+def _split_by_output_shape(request: _Request, out_ty: object) -> Tuple[List[CallSite], List[CallSite]]:
+    """Members whose static result shape the symbolic kernel reproduces, and the others.
+
+    A guard on top of the signature: if an op's result shape depends on its input dims in a way
+    the symbolic legalization did not capture, that member gets a static kernel instead.
+    """
+    good, bad = [], []
+    kernel_types = _tensor_types(out_ty)
+    for index, site in enumerate(request.members):
+        values = {var: column[index] for var, column in request.dim_values.items()}
+        expected = [_compat.static_shape(t) for t in _tensor_types(_compat.type_of(site.call))]
+        produced = [_compat.static_shape_under(t, values) for t in kernel_types]
+        (good if produced == expected else bad).append(site)
+    return good, bad
 
 
 def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Kernel], str]:
@@ -183,7 +228,7 @@ def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Ker
             arg_map.append(_compat.constant_array(arg))
         else:
             return None, f"legalized call_tir takes {arg}, which is neither an operand nor a constant"
-    return Kernel(prim_func, tuple(arg_map)), ""
+    return Kernel(prim_func, tuple(arg_map), value.ty_args[0]), ""
 
 
 def _split_by_shape(members: Sequence[CallSite]) -> List[List[CallSite]]:
@@ -227,7 +272,9 @@ def _read_back(requests: List[Tuple[relax.Function, _Request]], result: KernelSe
             if kernel is None:
                 result.not_stock_foldable.update({site.node_id: why for site in request.members})
         elif kernel is not None:
-            result.kernels.update({site.node_id: kernel for site in request.members})
+            good, bad = _split_by_output_shape(request, kernel.out_ty) if request.symbolic else (request.members, [])
+            result.kernels.update({site.node_id: kernel for site in good})
+            retries += _static_requests(f"{request.name}_o", bad)
         elif request.symbolic:
             retries += _static_requests(request.name, request.members)
         else:

@@ -28,7 +28,7 @@ from .._core.reasons import Reason
 from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
 
-__all__ = ["SiteKind", "CallSite", "LoweredModule", "lower_relax", "STOCK_MAX_CREATION_ELEMENTS"]
+__all__ = ["SiteKind", "CallSite", "LoweredModule", "StaticShapeVar", "lower_relax", "STOCK_MAX_CREATION_ELEMENTS"]
 
 #: Stock FoldConstant (``ShouldBeFolded``) leaves creation ops above this many elements alone.
 STOCK_MAX_CREATION_ELEMENTS = 1024
@@ -78,6 +78,27 @@ class LoweredModule:
     nodes: List[FoldNode]
     sites: List[CallSite]
     functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+
+
+@dataclass(frozen=True)
+class StaticShapeVar:
+    """A shape variable whose type gives all its values (``s: R.Shape([3, 4])``).
+
+    It is static for folding, like a ShapeExpr, but stays a variable: legalizers see it as the
+    stock pass shows it to them (``shape_to_tensor`` of it becomes a TIR kernel with no inputs).
+    """
+
+    var: relax.Var
+
+    @property
+    def values(self) -> Tuple[int, ...]:
+        return tuple(int(v.value) for v in _compat.type_of(self.var).values)
+
+
+def _is_static_shape_var(arg: relax.Expr) -> bool:
+    ty = _compat.type_of(arg)
+    values = getattr(ty, "values", None) if isinstance(ty, _compat.ShapeType) else None
+    return values is not None and all(isinstance(v, tvm.tirx.IntImm) for v in values)
 
 
 @dataclass
@@ -256,14 +277,17 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     """Record ``arg``'s tensors as node inputs; return its template form.
 
     The template form is a leaf index for a tensor, a tuple of template forms for an inline
-    tuple, and the expression itself for a static argument (a ShapeExpr, also one substituted
-    for a variable bound to it as the stock pass does, a PrimValue, a StringImm, a DataTypeImm).
+    tuple, a StaticShapeVar for a shape variable whose type gives its values, and the expression
+    itself for a static argument (a ShapeExpr, also one substituted for a variable bound to it as
+    the stock pass does, a PrimValue, a StringImm, a DataTypeImm).
     """
     if isinstance(arg, relax.Tuple):
         return tuple(_add_leaf(field_, env, site, inputs) for field_ in arg.fields)
     bound = env.get(arg, _Env("opaque", label=_compat.var_name(arg))) if isinstance(arg, relax.Var) else None
     if bound is not None and bound.kind == "shape":
         return bound.value
+    if bound is not None and _is_static_shape_var(arg):
+        return StaticShapeVar(arg)
     ty = _compat.type_of(arg)
     is_tensor = isinstance(ty, _compat.TensorType)
     if bound is None and not is_tensor:

@@ -13,7 +13,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
-from .._core.errors import FoldNotPossibleError, PlanInvariantError, UnsupportedIRError
+from .._core.errors import FoldNotPossibleError, PlanInvariantError, PreconditionError, UnsupportedIRError
 from .._core.graph import Annotation, FoldGraph, FoldNode, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
@@ -119,7 +119,8 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
 
     Returns a :class:`FoldResult`; ``mod`` itself is never changed. With ``strict=True`` a
     ``fold_allow`` that cannot fold, or a call whose evaluation fails, raises
-    :class:`~fold_guard.FoldNotPossibleError`, and the result is checked with
+    :class:`~fold_guard.FoldNotPossibleError`, an input that is not well formed raises
+    :class:`~fold_guard.PreconditionError`, and the result is checked with
     ``relax.analysis.well_formed``.
 
     Examples
@@ -140,6 +141,13 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     """
     timer = _Timer()
     lowered, kernels, graph, resolved = _analyse(mod, policy, timer)
+    if strict and not relax.analysis.check_well_formed(mod):
+        # checked up front so the post-condition below can only ever blame fold_guard
+        raise PreconditionError(
+            "the input module is not well formed (strict mode checks fold_guard's output with "
+            "relax.analysis.well_formed, so it needs a well-formed input); "
+            "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
+        )
     # Step 3. Plan with the TVM-free core.
     fold_plan = plan_folds(graph, resolved)
     timer.lap("plan")
