@@ -196,7 +196,8 @@ def _split_by_output_shape(request: _Request, out_ty: object) -> Tuple[List[Call
     A guard on top of the signature: if an op's result shape depends on its input dims in a way
     the symbolic legalization did not capture, that member gets a static kernel instead.
     """
-    good, bad = [], []
+    good: List[CallSite] = []
+    bad: List[CallSite] = []
     kernel_types = _tensor_types(out_ty)
     for index, site in enumerate(request.members):
         values = {var: column[index] for var, column in request.dim_values.items()}
