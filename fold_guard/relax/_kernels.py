@@ -2,9 +2,11 @@
 
 Stock ``FoldConstant`` legalizes, builds and runs each call on its own, so its cost grows with the
 number of calls and LLVM work dominates. Here calls are grouped by *op signature*: the operator,
-its attributes, its static arguments, and the dtype and rank of each tensor argument. A group
+its attributes, its static arguments, and for each tensor argument its dtype and, per dim, whether
+it is 0, 1 or larger (size-1 dims broadcast, so they must not hide behind a symbolic dim). A group
 whose members all share one shape gets a static kernel; a group whose members differ in shape
-gets one kernel over symbolic shapes, which serves every member. All kernels go into one
+gets one kernel over symbolic shapes, which serves every member whose result shape it
+reproduces (the others get static kernels). All kernels go into one
 ``IRModule`` built once with ``tvm.tirx.build(..., target="llvm")``; the calls then run in
 topological order, passing tensors directly (destination-passing style, as ``call_tir`` does).
 
