@@ -4,9 +4,10 @@ Stock ``FoldConstant`` legalizes, builds and runs each call on its own, so its c
 number of calls and LLVM work dominates. Here calls are grouped by *op signature*: the operator,
 its attributes, its static arguments, and for each tensor argument its dtype and, per dim, whether
 it is 0, 1 or larger (size-1 dims broadcast, so they must not hide behind a symbolic dim). A group
-whose members all share one shape gets a static kernel; a group whose members differ in shape
-gets one kernel over symbolic shapes, which serves every member whose result shape it
-reproduces (the others get static kernels). All kernels go into one
+whose members all share one shape gets a static kernel; a group of a shape-generic op
+(``SHAPE_GENERIC_OPS``: elementwise ops, Q/DQ, broadcasts and transposes) whose members differ in
+shape gets one kernel over symbolic shapes, which serves every member whose result shape it
+reproduces; everything else gets one static kernel per distinct shape. All kernels go into one
 ``IRModule`` built once with ``tvm.tirx.build(..., target="llvm")``; the calls then run in
 topological order, passing tensors directly (destination-passing style, as ``call_tir`` does).
 
@@ -31,9 +32,27 @@ from tvm import relax
 from . import _compat
 from ._lower import CALL_TIR_OP, CallSite, SiteKind, StaticShapeVar
 
-__all__ = ["Kernel", "KernelSet", "prepare_kernels", "KernelLibrary"]
+__all__ = ["Kernel", "KernelSet", "prepare_kernels", "KernelLibrary", "SHAPE_GENERIC_OPS"]
 
 logger = logging.getLogger("fold_guard")
+
+_ELEMENTWISE = (
+    "abs acos acosh asin asinh astype atan atanh bitwise_not ceil clip cos cosh erf exp floor "
+    "isfinite isinf isnan log logical_not negative nn.relu nn.silu nn.gelu nn.gelu_tanh round "
+    "rsqrt sigmoid sign sin sinh sqrt square tan tanh trunc "
+    "add atan2 bitwise_and bitwise_or bitwise_xor divide equal floor_divide floor_mod greater "
+    "greater_equal left_shift less less_equal log_add_exp logical_and logical_or logical_xor "
+    "maximum minimum mod multiply not_equal power right_shift subtract where"
+)
+#: Ops whose kernel computes the same values whatever the static sizes of its dims (apart from
+#: the 0/1 dim classes that are part of the signature), so one kernel over symbolic dims may
+#: serve calls of different shapes. Others get one static kernel per distinct shape, as the stock
+#: pass builds them: some TOPI computes decide their loop structure, and so their float
+#: summation order, from static sizes (``adaptive_avg_pool2d`` does when a window divides evenly).
+SHAPE_GENERIC_OPS = frozenset(
+    [f"relax.{name}" for name in _ELEMENTWISE.split()]
+    + ["relax.quantize", "relax.dequantize", "relax.broadcast_to", "relax.permute_dims", "relax.expand_dims"]
+)
 
 
 @dataclass(frozen=True)
@@ -250,10 +269,15 @@ def _static_requests(name: str, members: Sequence[CallSite]) -> List[Tuple[relax
 
 def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Function, _Request]]:
     """The kernel request of one op-signature group, plus its decision request if it has scalars."""
-    symbolic = len({_shapes(site) for site in members}) > 1
-    try:
-        requests = [_make_request(name, members, symbolic=symbolic, scalars_as_constants=False)]
-    except Exception:  # noqa: BLE001 - type inference rejected the symbolic dims: one kernel per shape
+    distinct_shapes = len({_shapes(site) for site in members})
+    if distinct_shapes == 1:
+        requests = [_make_request(name, members, symbolic=False, scalars_as_constants=False)]
+    elif members[0].call.op.name in SHAPE_GENERIC_OPS:
+        try:
+            requests = [_make_request(name, members, symbolic=True, scalars_as_constants=False)]
+        except Exception:  # noqa: BLE001 - type inference rejected the symbolic dims
+            requests = _static_requests(name, members)
+    else:
         requests = _static_requests(name, members)
     if any(len(shape or ()) == 0 for shape in _shapes(members[0])):
         # What the legalizer returns depends on scalar operands being constants, not on their

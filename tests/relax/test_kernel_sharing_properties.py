@@ -106,3 +106,30 @@ def test_shared_kernels_match_stock(op, count, seed, data):
     stock = relax.transform.FoldConstant()(mod)
     assert tvm_ffi.structural_equal(ours.mod, stock), ours.mod.script(show_meta=False)
     assert len(ours.plan.folded) == count
+
+
+def test_size_specialized_op_gets_one_kernel_per_shape():
+    """adaptive_avg_pool2d picks its loop order from static sizes (a window that divides evenly
+    becomes its own reduction axis), so sharing one symbolic kernel changed float sums by 1 ulp.
+    Ops outside SHAPE_GENERIC_OPS get a static kernel per shape, like the stock pass.
+
+        a = pool(C(1, 2, 7, 9)); b = pool(C(1, 2, 10, 11))  ==>  2 kernels, constants as stock's
+    """
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    with bb.function("main", []):
+        with bb.dataflow():
+            calls = [
+                bb.emit(relax.op.nn.adaptive_avg_pool2d(_const_uniform(rng, shape), output_size=[3, 3]))
+                for shape in [(1, 2, 7, 9), (1, 2, 10, 11)]
+            ]
+            out = bb.emit_output(relax.Tuple(calls))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    result = fgr.fold(mod, strict=True)
+    assert result.report.kernels_compiled == 2
+    assert tvm_ffi.structural_equal(result.mod, relax.transform.FoldConstant()(mod))
+
+
+def _const_uniform(rng, shape):
+    return relax.const(rng.uniform(0.1, 0.9, shape).astype("float32"))
