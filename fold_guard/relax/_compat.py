@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 import tvm
-from tvm import relax
 
 from .._core.errors import UnsupportedIRError
 
@@ -71,6 +70,12 @@ def check_tvm_version(version: str = TVM_VERSION) -> None:
             "Hint: pip install 'apache-tvm==0.27.0.post1' 'apache-tvm-ffi==0.1.14.post1'"
         )
 
+
+# Refuse other releases before touching names that only 0.27 has (an older TVM would otherwise
+# fail with an AttributeError on the line below instead of saying what to install).
+check_tvm_version()
+
+from tvm import relax  # noqa: E402 - after the version check, as above
 
 Constant = tvm.ir.GenericConst
 TensorType = relax.TensorType
