@@ -101,23 +101,23 @@ def _is_static_shape_var(arg: relax.Expr) -> bool:
     return values is not None and all(isinstance(v, tvm.tirx.IntImm) for v in values)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Env:
     """What a variable is bound to, as far as folding is concerned."""
 
     kind: str  # "const" | "node" | "shape" | "opaque"
     value: object = None
     node: Optional[int] = None
-    label: str = ""
+
+
+_OPAQUE = _Env("opaque")  # parameters, match casts, tuples, anything not a constant or a call
 
 
 def lower_relax(mod: tvm.IRModule) -> LoweredModule:
-    """Walk every Relax function of ``mod`` and describe each call binding."""
-    if not isinstance(mod, tvm.IRModule):
-        raise UnsupportedIRError(
-            f"fold_guard.relax expects a tvm.IRModule, got {type(mod).__name__}; "
-            "wrap a function with tvm.IRModule({'main': func})"
-        )
+    """Walk every Relax function of ``mod`` and describe each call binding.
+
+    ``mod`` is an IRModule the pass has already checked (``_pass._check_module``).
+    """
     lowered = LoweredModule([], [], {})
     for gvar, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
         if not isinstance(func, relax.Function):
@@ -134,7 +134,7 @@ def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Low
             f"function {name}: body is a {type(func.body).__name__}, not a SeqExpr; "
             "hint: run relax.transform.Normalize() first"
         )
-    env: Dict[relax.Var, _Env] = {param: _Env("opaque", label=_compat.var_name(param)) for param in func.params}
+    env: Dict[relax.Var, _Env] = {param: _OPAQUE for param in func.params}
     _lower_seq(mod, name, name, func.body, env, out)
 
 
@@ -153,20 +153,20 @@ def _lower_seq(
             var = binding.var
             label = _compat.var_name(var)
             if isinstance(binding, relax.MatchCast):
-                env[var] = _Env("opaque", label=label)
+                env[var] = _OPAQUE
                 continue
             value = binding.value
             if _compat.is_constant(value):
-                env[var] = _Env("const", value=value, label=label)
+                env[var] = _Env("const", value=value)
             elif isinstance(value, relax.Var):
-                env[var] = env.get(value, _Env("opaque", label=_compat.var_name(value)))
+                env[var] = env.get(value, _OPAQUE)
             elif isinstance(value, relax.ShapeExpr):
-                env[var] = _Env("shape", value=value, label=label)
+                env[var] = _Env("shape", value=value)
             elif isinstance(value, relax.Call):
                 node_id = len(out.sites)
                 site = _lower_call(mod, name, scope, var, value, in_dataflow, env, node_id, out)
                 out.sites.append(site)
-                env[var] = _Env("node", node=node_id, label=label)
+                env[var] = _Env("node", node=node_id)
             else:
                 if isinstance(value, relax.If):
                     for branch in (value.true_branch, value.false_branch):
@@ -174,9 +174,9 @@ def _lower_seq(
                             _lower_seq(mod, name, scope, branch, dict(env), out)
                 elif isinstance(value, relax.Function) and isinstance(value.body, relax.SeqExpr):
                     inner = dict(env)
-                    inner.update({p: _Env("opaque", label=_compat.var_name(p)) for p in value.params})
+                    inner.update({p: _OPAQUE for p in value.params})
                     _lower_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
-                env[var] = _Env("opaque", label=label)
+                env[var] = _OPAQUE
 
 
 def _lower_call(
@@ -283,7 +283,7 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     """
     if isinstance(arg, relax.Tuple):
         return tuple(_add_leaf(field_, env, site, inputs) for field_ in arg.fields)
-    bound = env.get(arg, _Env("opaque", label=_compat.var_name(arg))) if isinstance(arg, relax.Var) else None
+    bound = env.get(arg, _OPAQUE) if isinstance(arg, relax.Var) else None
     if bound is not None and bound.kind == "shape":
         return bound.value
     if bound is not None and _is_static_shape_var(arg):
