@@ -7,7 +7,7 @@ the accessors below, so supporting another release means changing this module on
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import tvm
 
@@ -28,6 +28,7 @@ __all__ = [
     "var_name",
     "static_shape",
     "static_shape_under",
+    "flatten_types",
     "dtype_of",
     "register_errors_with_ffi",
 ]
@@ -114,6 +115,13 @@ def static_shape(ty: Any) -> Optional[Tuple[Optional[int], ...]]:
     if values is None:
         return None
     return tuple(int(v.value) if isinstance(v, tvm.tirx.IntImm) else None for v in values)
+
+
+def flatten_types(ty: Any) -> List[Any]:
+    """The leaf types of a (possibly nested) TupleType, in order; ``[ty]`` for anything else."""
+    if isinstance(ty, TupleType):
+        return [leaf for field_ in ty.fields for leaf in flatten_types(field_)]
+    return [ty]
 
 
 def static_shape_under(ty: Any, values: Dict[Any, int]) -> Optional[Tuple[Optional[int], ...]]:

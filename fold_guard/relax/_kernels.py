@@ -205,12 +205,6 @@ def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Optional[tvm.IRModu
     return (tvm.IRModule(merged) if merged else None), errors
 
 
-def _tensor_types(ty: object) -> List[object]:
-    if isinstance(ty, _compat.TupleType):
-        return [t for field_ in ty.fields for t in _tensor_types(field_)]
-    return [ty]
-
-
 def _split_by_output_shape(request: _Request, out_ty: object) -> Tuple[List[CallSite], List[CallSite]]:
     """Members whose static result shape the symbolic kernel reproduces, and the others.
 
@@ -219,10 +213,10 @@ def _split_by_output_shape(request: _Request, out_ty: object) -> Tuple[List[Call
     """
     good: List[CallSite] = []
     bad: List[CallSite] = []
-    kernel_types = _tensor_types(out_ty)
+    kernel_types = _compat.flatten_types(out_ty)
     for index, site in enumerate(request.members):
         values = {var: column[index] for var, column in request.dim_values.items()}
-        expected = [_compat.static_shape(t) for t in _tensor_types(_compat.type_of(site.call))]
+        expected = [_compat.static_shape(t) for t in _compat.flatten_types(_compat.type_of(site.call))]
         produced = [_compat.static_shape_under(t, values) for t in kernel_types]
         (good if produced == expected else bad).append(site)
     return good, bad

@@ -335,11 +335,12 @@ def _tensor_info(ty) -> TensorInfo:
 
 
 def _output_infos(ty) -> Tuple[TensorInfo, ...]:
-    if isinstance(ty, _compat.TensorType):
-        return (_tensor_info(ty),)
-    if isinstance(ty, _compat.TupleType):
-        return tuple(info for field_ in ty.fields for info in _output_infos(field_))
-    return (TensorInfo("shape" if isinstance(ty, _compat.ShapeType) else type(ty).__name__, None, 0),)
+    return tuple(
+        _tensor_info(leaf)
+        if isinstance(leaf, _compat.TensorType)
+        else TensorInfo("shape" if isinstance(leaf, _compat.ShapeType) else type(leaf).__name__, None, 0)
+        for leaf in _compat.flatten_types(ty)
+    )
 
 
 def _contains_tensor(expr: relax.Expr) -> bool:
