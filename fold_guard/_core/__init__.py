@@ -4,6 +4,7 @@ Nothing here imports ``tvm``; the Relax and Relay adapters translate their IR in
 :class:`FoldGraph`, call :func:`plan_folds`, and apply the resulting :class:`FoldPlan`.
 """
 
+from .annotate import allow_roots
 from .errors import (
     ConflictingAnnotationsError,
     FoldGuardError,
@@ -20,6 +21,7 @@ from .policy import (
     DEFAULT_MIN_RESULT_BYTES,
     DEFAULT_POLICY,
     DEQUANTIZE_OPS,
+    FOLD_QNN_POLICY,
     KEEP_QDQ_WEIGHTS_POLICY,
     QUANTIZE_OPS,
     SIZE_GUARD_POLICY,
@@ -47,10 +49,12 @@ __all__ = [
     "DEFAULT_MIN_RESULT_BYTES",
     "DEFAULT_POLICY",
     "DEQUANTIZE_OPS",
+    "FOLD_QNN_POLICY",
     "KEEP_QDQ_WEIGHTS_POLICY",
     "QUANTIZE_OPS",
     "SIZE_GUARD_POLICY",
     "Action",
+    "allow_roots",
     "Annotation",
     "CallView",
     "ConflictingAnnotationsError",

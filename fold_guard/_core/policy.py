@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "KEEP_QDQ_WEIGHTS_POLICY",
     "SIZE_GUARD_POLICY",
+    "FOLD_QNN_POLICY",
     "compose",
     "size_guard",
     "register_policy",
@@ -241,9 +242,22 @@ KEEP_QDQ_WEIGHTS_POLICY = FoldPolicy(
 
 SIZE_GUARD_POLICY = size_guard()
 
+FOLD_QNN_POLICY = FoldPolicy(
+    "fold-qnn",
+    "every constant QNN call folds too: Relay's FoldConstant(fold_qnn=True); on Relax, same as default",
+    (
+        Rule(
+            "fold-qnn-ops",
+            Action.FOLD,
+            "a QNN op with constant inputs is lowered and evaluated, as FoldConstant(fold_qnn=True) does",
+            lambda call: call.op.startswith("qnn."),
+        ),
+    ),
+)
+
 PolicySpec = Union[str, FoldPolicy, Sequence[Union[str, FoldPolicy]]]
 
-_BUILTINS = (DEFAULT_POLICY, KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY)
+_BUILTINS = (DEFAULT_POLICY, FOLD_QNN_POLICY, KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY)
 _REGISTRY: Dict[str, FoldPolicy] = {policy.name: policy for policy in _BUILTINS}
 
 

@@ -577,3 +577,44 @@ def test_reported_cause_does_not_depend_on_argument_order(blocked_first):
     g.call("relax.add", b, k, label="y2")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
     assert decision(plan, "y1").reason is decision(plan, "y2").reason
+
+
+# allow_roots: where annotation helpers put fold_allow --------------------------------------------
+
+
+def _qnn_chain_graph(barrier: bool):
+    """w -> qnn.quantize -> [fold_barrier] -> qnn.requantize -> qnn.dense(x, .)  (x at run time)."""
+    from fold_guard._core.graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
+
+    t = TensorInfo.of("int8", (4, 4))
+    w = NodeInput(InputKind.CONSTANT, "w", TensorInfo.of("float32", (4, 4)))
+    x = NodeInput(InputKind.RUNTIME, "x", t)
+    nodes = [FoldNode(0, "qnn.quantize", "q", "main", (w,), (t,), default_fold=False)]
+    if barrier:
+        nodes.append(FoldNode(1, "fold_barrier", "b", "main", (NodeInput(InputKind.NODE, "q", t, 0),), (t,), annotation=Annotation.BARRIER))
+    last = len(nodes) - 1
+    nodes.append(FoldNode(len(nodes), "qnn.requantize", "r", "main", (NodeInput(InputKind.NODE, "p", t, last),), (t,), default_fold=False))
+    nodes.append(FoldNode(len(nodes), "qnn.dense", "d", "main", (x, NodeInput(InputKind.NODE, "r", t, len(nodes) - 1)), (t,), default_fold=False))
+    return FoldGraph(tuple(nodes))
+
+
+def test_allow_roots_is_the_top_of_each_extra_constant_subgraph():
+    from fold_guard._core import DEFAULT_POLICY, FOLD_QNN_POLICY, allow_roots
+
+    graph = _qnn_chain_graph(barrier=False)
+    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (1,)
+
+
+def test_allow_roots_stop_at_barriers():
+    """A barrier splits the constant chain: only the part above it is a root; below is not constant."""
+    from fold_guard._core import DEFAULT_POLICY, FOLD_QNN_POLICY, allow_roots
+
+    graph = _qnn_chain_graph(barrier=True)
+    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (0,)
+
+
+def test_allow_roots_rejects_plans_of_different_graphs():
+    from fold_guard._core import DEFAULT_POLICY, PlanInvariantError, allow_roots
+
+    with pytest.raises(PlanInvariantError):
+        allow_roots(plan_folds(_qnn_chain_graph(False), DEFAULT_POLICY), plan_folds(_qnn_chain_graph(False), DEFAULT_POLICY))

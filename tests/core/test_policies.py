@@ -10,6 +10,7 @@ from fold_guard._core import (
     DEFAULT_MIN_RESULT_BYTES,
     DEFAULT_POLICY,
     DEQUANTIZE_OPS,
+    FOLD_QNN_POLICY,
     KEEP_QDQ_WEIGHTS_POLICY,
     QUANTIZE_OPS,
     SIZE_GUARD_POLICY,
@@ -34,7 +35,7 @@ from fold_guard._core import (
 
 from graphdsl import G, summary
 
-BUILTIN_NAMES = ["default", "keep-qdq-weights", "size-guard"]
+BUILTIN_NAMES = ["default", "fold-qnn", "keep-qdq-weights", "size-guard"]
 
 
 @pytest.fixture(autouse=True)
@@ -74,6 +75,7 @@ def test_builtins_are_registered(name):
 
 def test_builtin_objects():
     assert get_policy("default") is DEFAULT_POLICY
+    assert get_policy("fold-qnn") is FOLD_QNN_POLICY
     assert get_policy("keep-qdq-weights") is KEEP_QDQ_WEIGHTS_POLICY
     assert get_policy("size-guard") is SIZE_GUARD_POLICY
 
@@ -83,6 +85,22 @@ def test_default_policy_has_no_opinion():
     assert DEFAULT_POLICY.rules == ()
     assert DEFAULT_POLICY.decide(single_call("relax.dequantize", ("int8", (4,)))) is None
     assert "no rules" in DEFAULT_POLICY.describe()
+
+
+# fold-qnn --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["qnn.quantize", "qnn.dequantize", "qnn.requantize", "qnn.conv2d", "qnn.dense"])
+def test_fold_qnn_folds_every_qnn_op(op):
+    call = single_call(op, ("int8", (16,)), outputs=[TensorInfo.of("int8", (16,))])
+    action, rule = FOLD_QNN_POLICY.decide(call)
+    assert action is Action.FOLD and rule.name == "fold-qnn-ops"
+
+
+@pytest.mark.parametrize("op", ["add", "nn.conv2d", "relax.quantize", "qnnx.custom"])
+def test_fold_qnn_has_no_opinion_on_other_ops(op):
+    """Outside QNN the IR default decides, so fold-qnn equals default there (and on Relax)."""
+    assert FOLD_QNN_POLICY.decide(single_call(op, ("float32", (16,)))) is None
 
 
 # keep-qdq-weights ------------------------------------------------------------------------------

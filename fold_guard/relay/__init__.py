@@ -1,0 +1,39 @@
+"""fold_guard for Relay (TVM 0.9 - 0.19 builds with Relay; reference build ``hhb-tvm==3.2.3``).
+
+Importing this module registers the Relay ops ``fold_barrier`` and ``fold_allow`` (again is
+harmless). ``import fold_guard`` does not import it: Relay exists only in older TVM builds, so
+the adapter is optional and loaded on request.
+
+Public surface:
+
+- ``FoldConstant(policy="default", *, strict=False, functions=None) -> tvm.transform.Pass``
+- ``plan(mod, policy="default", *, functions=None) -> FoldPlan``
+- ``fold(mod, *, policy="default", strict=False, functions=None) -> FoldResult``
+- ``fold_function(func, *, policy="default", strict=False) -> relay.Function`` for one function
+  as a ``relay.ext.<codegen>`` hook receives it (``Compiler`` attribute included)
+- ``fold_barrier(expr)`` / ``fold_allow(expr)``
+- ``allow_constant_qnn(mod) -> IRModule``: wrap the constant QNN subgraphs
+  ``FakeQuantizationToInteger`` leaves in ``fold_allow``
+
+>>> import fold_guard.relay as fgr
+>>> sorted(name for name in fgr.__all__ if name[0].isupper())
+['FoldConstant', 'FoldResult']
+"""
+
+from ._ops import fold_allow, fold_barrier, register_ops as _register_ops
+
+_register_ops()
+
+from ._pass import FoldConstant, FoldResult, fold, fold_function, plan  # noqa: E402
+from ._annotate import allow_constant_qnn  # noqa: E402
+
+__all__ = [
+    "FoldConstant",
+    "FoldResult",
+    "allow_constant_qnn",
+    "fold",
+    "fold_allow",
+    "fold_barrier",
+    "fold_function",
+    "plan",
+]

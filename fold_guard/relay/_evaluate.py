@@ -1,0 +1,166 @@
+"""Evaluate the folded calls of a plan: one interpreter run per dependency level.
+
+Stock ``FoldConstant`` evaluates one call at a time with ``relay.backend.interpreter``'s
+``EvalFunction`` (SimplifyInference, QNN Legalize/Canonicalize, FuseOps at level 0, LowerTE,
+one build), so every call pays for a whole compilation. Here every folded call whose operands are
+already constants goes into one tuple and one ``EvalFunction``: the pipeline runs once per level,
+identical kernels are lowered once (the TE compiler caches them within a run), and each call
+still sees exactly the expression stock would evaluate (an op applied to constants) through the
+same pipeline at fusion level 0, so each result is computed by the same kernels on the same data.
+
+Invariant: a call is evaluated only after all its node operands have values, so a level is the
+length of the longest chain of folded calls below it.
+"""
+
+from __future__ import annotations
+
+import platform
+from functools import lru_cache
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+import tvm
+from tvm import relay
+
+from .._core.errors import FoldNotPossibleError, PlanInvariantError
+from .._core.graph import FoldGraph, InputKind
+from .._core.planner import FoldPlan
+from ._lower import CallSite, ConstSource, NodeSource, RuntimeSource, SiteKind, Source, TupleSource
+
+__all__ = ["Values", "evaluate_plan", "evaluation_target", "materialize"]
+
+#: node id -> the folded value: a ``relay.Constant``, or a ``relay.Tuple`` of them for tuple results.
+Values = Dict[int, relay.Expr]
+
+
+
+@lru_cache(maxsize=None)
+def evaluation_target() -> str:
+    """The CPU target stock FoldConstant evaluates on, so folded constants are bit-identical.
+
+    Upstream stock evaluates on ``llvm``, the LLVM default triple, which is the host's. A build
+    whose LLVM defaults to another architecture (hhb-tvm defaults to riscv64) cannot run that
+    code here, and its stock pass evaluates on ``llvm -mtriple=<host>-unknown-linux`` instead.
+    """
+    machine = platform.machine()
+    default_triple = str(tvm.target.codegen.llvm_get_system_triple())
+    if default_triple.startswith(machine):
+        return "llvm"
+    return f"llvm -mtriple={machine}-unknown-linux"
+
+
+def materialize(source: Source, values: Mapping[int, relay.Expr]) -> relay.Expr:
+    """The constant expression ``source`` stands for, once its nodes have values."""
+    if isinstance(source, ConstSource):
+        return source.constant
+    if isinstance(source, TupleSource):
+        return relay.Tuple([materialize(field, values) for field in source.fields])
+    if isinstance(source, NodeSource):
+        value = values[source.node]
+        if source.index is None:
+            return value
+        if not isinstance(value, relay.Tuple):
+            raise PlanInvariantError(f"node %{source.node} was read as a tuple but folded to a tensor")
+        return value.fields[source.index]
+    raise PlanInvariantError(f"a folded call reads {source.label}, which is only known at run time")
+
+
+def _to_expr(value: object) -> relay.Expr:
+    if isinstance(value, tvm.nd.NDArray):
+        return relay.Constant(value)
+    if isinstance(value, (tvm.runtime.container.ADT, list, tuple)):
+        return relay.Tuple([_to_expr(field) for field in value])
+    raise PlanInvariantError(f"the interpreter returned a {type(value).__name__}, not a tensor or tuple")
+
+
+def _run(exprs: Sequence[relay.Expr]) -> List[relay.Expr]:
+    # A fresh PassContext, as stock's ConstEvaluate: the caller's opt_level or config must not
+    # change how constants are computed.
+    with tvm.transform.PassContext():
+        executor = relay.create_executor("debug", mod=tvm.IRModule(), device=tvm.cpu(0), target=evaluation_target())
+        result = executor.evaluate(relay.Tuple(list(exprs)))
+    return [_to_expr(field) for field in result]
+
+
+def _expression(site: CallSite, values: Mapping[int, relay.Expr]) -> relay.Expr:
+    if site.kind == SiteKind.SHAPE:
+        assert site.static_value is not None
+        is_size = site.call.op.name == "ndarray_size"
+        data = np.array(site.static_value[0] if is_size else site.static_value, dtype="int32")
+        return relay.cast(relay.const(data, "int32"), str(site.call.attrs.dtype))
+    call = site.call
+    args = [materialize(arg, values) for arg in site.args]
+    return relay.Call(call.op, args, call.attrs, call.type_args, call.span)
+
+
+def _levels(plan: FoldPlan, values: Mapping[int, relay.Expr]) -> List[List[int]]:
+    graph: FoldGraph = plan.graph
+    level: Dict[int, int] = {}
+    for decision in plan.folded:
+        node = graph.nodes[decision.node]
+        below = [level[inp.source] for inp in node.inputs if inp.kind is InputKind.NODE and inp.source in level]
+        level[node.id] = 1 + max(below, default=0)
+    grouped: Dict[int, List[int]] = {}
+    for node_id, depth in level.items():
+        if node_id not in values:
+            grouped.setdefault(depth, []).append(node_id)
+    return [grouped[depth] for depth in sorted(grouped)]
+
+
+def evaluate_plan(
+    plan: FoldPlan,
+    sites: Sequence[CallSite],
+    values: Values,
+    *,
+    strict: bool = False,
+) -> Tuple[Dict[int, str], int]:
+    """Fill ``values`` for every folded node not yet in it.
+
+    Returns the nodes whose evaluation failed (with the error text; the caller re-plans with
+    them) and the number of interpreter runs. With ``strict`` the first failure raises
+    FoldNotPossibleError chained to the original error.
+    """
+    failures: Dict[int, str] = {}
+    runs = 0
+    graph = plan.graph
+    for level in _levels(plan, values):
+        pending: List[int] = []
+        for node_id in level:
+            node = graph.nodes[node_id]
+            if any(inp.kind is InputKind.NODE and inp.source not in values for inp in node.inputs):
+                continue  # an operand failed: the re-plan keeps this node
+            if sites[node_id].kind == SiteKind.ALLOW:
+                values[node_id] = materialize(sites[node_id].args[0], values)
+            else:
+                pending.append(node_id)
+        if not pending:
+            continue
+        exprs = [_expression(sites[node_id], values) for node_id in pending]
+        runs += 1
+        try:
+            results = _run(exprs)
+        except tvm.TVMError:
+            # Find the culprits one by one; the rest of the level still folds.
+            results = []
+            for node_id, expr in zip(pending, exprs):
+                runs += 1
+                try:
+                    results.append(_run([expr])[0])
+                except tvm.TVMError as err:
+                    failures[node_id] = f"{type(err).__name__}: {_last_line(err)}"
+                    results.append(None)
+                    if strict:
+                        node = graph.nodes[node_id]
+                        raise FoldNotPossibleError(
+                            f"function {node.function}: evaluating {node.label} = {node.op} failed: "
+                            f"{failures[node_id]}. Hint: pass strict=False to keep the call and continue"
+                        ) from err
+        for node_id, value in zip(pending, results):
+            if value is not None:
+                values[node_id] = value
+    return failures, runs
+
+
+def _last_line(err: Exception) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__

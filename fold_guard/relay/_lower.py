@@ -1,0 +1,449 @@
+"""Describe the op calls of Relay functions as a :class:`FoldGraph`, the way stock folding sees them.
+
+Stock ``relay.transform.FoldConstant`` (``src/relay/transforms/fold_constant.cc``) is a
+post-order mutator. A call of an ``Op`` folds when every argument is, after folding its own
+operands, a constant or a tuple of constants; except that
+
+* calls without arguments are kept (``ones(shape)`` would only grow the module),
+* stateful ops, ``device_copy`` and non-computational ops are kept, and QNN ops (non-computational
+  with a QNN canonicalization) are kept unless ``fold_qnn=True``,
+* ``shape_of`` / ``vm.shape_of`` / ``ndarray_size`` fold whenever their operand's *type* has a
+  static shape, whatever the operand's value,
+* nothing inside a ``Primitive`` function folds, and calls of functions are never evaluated.
+
+It also rewrites independently of folding: a let-bound constant is inlined, ``(a, b).0`` becomes
+``a``, and an ``If`` on a constant condition becomes the chosen branch. This module mirrors all
+of that as data (:class:`Source` per value, one :class:`FoldNode` per op call) so the planner
+decides and ``_rewrite`` applies; it never changes the module.
+
+The walk is iterative: Relay graphs of a few hundred blocks are deeper than Python's recursion
+limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import tvm
+from tvm import relay
+
+from .._core.errors import PreconditionError, UnsupportedIRError
+from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
+from .._core.reasons import Reason
+from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+
+__all__ = [
+    "CallSite",
+    "ConstSource",
+    "LoweredModule",
+    "NodeSource",
+    "RuntimeSource",
+    "SiteKind",
+    "Source",
+    "TupleSource",
+    "children",
+    "foldable_functions",
+    "is_optimizable",
+    "is_primitive",
+    "is_true",
+    "lower_relay",
+    "postorder",
+]
+
+_SHAPE_OPS = ("shape_of", "vm.shape_of")
+_NDARRAY_SIZE_OP = "ndarray_size"
+_DEVICE_COPY_OP = "device_copy"
+# Function attributes under which stock function passes leave a global function alone.
+_EXTERNAL_ATTRS = ("Compiler", "Extern", "SkipOptimization")
+
+QNN_DEFAULT_RULE = "relay: QNN ops are kept unless FoldConstant(fold_qnn=True)"
+NO_ARGS_RULE = "relay: calls without arguments are kept (folding ones(shape) only grows the module)"
+
+
+# --- What a value is, as far as folding can tell -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConstSource:
+    """A literal ``relay.Constant``."""
+
+    constant: relay.Constant
+
+
+@dataclass(frozen=True)
+class NodeSource:
+    """The output of FoldNode ``node`` (``index`` picks a field of a tuple-valued call)."""
+
+    node: int
+    index: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class RuntimeSource:
+    """Anything only known at run time: a parameter, a function call, a non-constant branch."""
+
+    label: str
+
+
+@dataclass(frozen=True)
+class TupleSource:
+    """A literal ``relay.Tuple``, field by field."""
+
+    fields: Tuple["Source", ...]
+
+
+Source = Union[ConstSource, NodeSource, RuntimeSource, TupleSource]
+
+
+class SiteKind:
+    """How a folded node gets its value."""
+
+    EVALUATE = "evaluate"  # run the call (with constant arguments) in the interpreter
+    ALLOW = "allow"  # fold_allow: the value is its operand's
+    SHAPE = "shape"  # shape_of / ndarray_size of a static type: cast of a known int32 value
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """The Relay call behind FoldNode ``node_id`` and the sources of its arguments."""
+
+    node_id: int
+    call: relay.Call
+    function: str
+    kind: str
+    args: Tuple[Source, ...]
+    static_value: Optional[Tuple[int, ...]] = None  # SHAPE sites: the int32 data (shape or size)
+
+
+@dataclass(frozen=True)
+class LoweredModule:
+    """Nodes (topological), their call sites, and the functions that were read."""
+
+    nodes: Tuple[FoldNode, ...]
+    sites: Tuple[CallSite, ...]
+    functions: Tuple[str, ...]
+
+
+# --- Traversal -----------------------------------------------------------------------------------
+
+
+def is_primitive(func: relay.Function) -> bool:
+    attrs = func.attrs
+    return attrs is not None and "Primitive" in attrs.keys() and int(attrs["Primitive"]) != 0
+
+
+def is_optimizable(func: relay.Function) -> bool:
+    """True for a function stock function passes visit (no Compiler / Extern / SkipOptimization)."""
+    attrs = func.attrs
+    if attrs is None:
+        return True
+    keys = set(attrs.keys())
+    if "Compiler" in keys:
+        return False
+    return not any(key in keys and int(attrs[key]) != 0 for key in _EXTERNAL_ATTRS[1:])
+
+
+def children(expr: relay.Expr) -> Sequence[relay.Expr]:
+    """The sub-expressions stock folding visits, in the order it visits them."""
+    if isinstance(expr, relay.Call):
+        callee = [] if isinstance(expr.op, tvm.ir.Op) else [expr.op]
+        return callee + list(expr.args)
+    if isinstance(expr, relay.Tuple):
+        return list(expr.fields)
+    if isinstance(expr, relay.TupleGetItem):
+        return [expr.tuple_value]
+    if isinstance(expr, relay.Let):
+        return [expr.value, expr.body]
+    if isinstance(expr, relay.If):
+        return [expr.cond, expr.true_branch, expr.false_branch]
+    if isinstance(expr, relay.Function):
+        return [] if is_primitive(expr) else [expr.body]
+    if isinstance(expr, (relay.Var, relay.Constant, relay.GlobalVar, tvm.ir.Op)):
+        return []
+    raise UnsupportedIRError(
+        f"fold_guard.relay cannot fold through a {type(expr).__name__} expression "
+        f"({_short(expr)}): only dataflow, let, if, tuple and function expressions are supported; "
+        "hint: fold the functions without ADTs or references, or use stock FoldConstant for this one"
+    )
+
+
+def postorder(root: relay.Expr, kids: Callable[[relay.Expr], Sequence[relay.Expr]] = children) -> Iterator[relay.Expr]:
+    """Every sub-expression of ``root`` once, operands before their users, without recursion."""
+    seen = set()
+    stack: List[Tuple[relay.Expr, bool]] = [(root, False)]
+    while stack:
+        expr, expanded = stack.pop()
+        if expanded:
+            yield expr
+            continue
+        if expr in seen:
+            continue
+        seen.add(expr)
+        stack.append((expr, True))
+        for child in reversed(kids(expr)):
+            if child not in seen:
+                stack.append((child, False))
+
+
+def _short(expr: relay.Expr, limit: int = 160) -> str:
+    text = " ".join(str(expr).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- Type facts ----------------------------------------------------------------------------------
+
+
+def _checked_type(expr: relay.Expr) -> Optional[tvm.ir.Type]:
+    try:
+        return expr.checked_type
+    except ValueError:  # not type-checked
+        return None
+
+
+def static_shape(ty: Optional[tvm.ir.Type]) -> Optional[Tuple[int, ...]]:
+    """The shape of a tensor type when every dimension is a known integer, else None."""
+    if not isinstance(ty, relay.TensorType):
+        return None
+    dims = []
+    for dim in ty.shape:
+        if not isinstance(dim, tvm.tir.IntImm):
+            return None
+        dims.append(int(dim.value))
+    return tuple(dims)
+
+
+def tensor_infos(ty: Optional[tvm.ir.Type]) -> Tuple[TensorInfo, ...]:
+    """One TensorInfo per tensor in ``ty`` (tuples flattened); unknown dims are None."""
+    if isinstance(ty, relay.TupleType):
+        return tuple(info for field in ty.fields for info in tensor_infos(field))
+    if isinstance(ty, relay.TensorType):
+        dims = [int(d.value) if isinstance(d, tvm.tir.IntImm) else None for d in ty.shape]
+        return (TensorInfo.of(str(ty.dtype), dims),)
+    return ()
+
+
+# --- Lowering ------------------------------------------------------------------------------------
+
+
+def foldable_functions(mod: tvm.IRModule, names: Optional[Iterable[str]]) -> List[Tuple[str, relay.Function]]:
+    """The global functions to fold: the named ones, or every one stock ``FoldConstant`` visits."""
+    relay_functions = {gv.name_hint: func for gv, func in mod.functions.items() if isinstance(func, relay.Function)}
+    if names is None:
+        return sorted((name, f) for name, f in relay_functions.items() if is_optimizable(f))
+    chosen = []
+    for name in names:
+        if name not in relay_functions:
+            raise PreconditionError(
+                f"functions names {name!r}, which is not a Relay function of the module; "
+                f"its Relay functions are: {', '.join(sorted(relay_functions)) or 'none'}"
+            )
+        chosen.append((name, relay_functions[name]))
+    return sorted(chosen, key=lambda item: item[0])
+
+
+class _Lowerer:
+    def __init__(self) -> None:
+        self.nodes: List[FoldNode] = []
+        self.sites: List[CallSite] = []
+        self.sources: Dict[relay.Expr, Source] = {}
+        self._op_attr_cache: Dict[Tuple[str, str], object] = {}
+
+    def op_attr(self, op: tvm.ir.Op, attr: str) -> object:
+        key = (op.name, attr)
+        if key not in self._op_attr_cache:
+            try:
+                self._op_attr_cache[key] = op.get_attr(attr)
+            except tvm.TVMError:  # no op ever registered this attribute
+                self._op_attr_cache[key] = None
+        return self._op_attr_cache[key]
+
+    def lower_function(self, name: str, func: relay.Function) -> None:
+        for param in func.params:
+            self.sources[param] = RuntimeSource(param.name_hint)
+        for expr in postorder(func.body, self._children):
+            self.sources[expr] = self._source_of(name, expr)
+
+    def _children(self, expr: relay.Expr) -> Sequence[relay.Expr]:
+        if isinstance(expr, relay.Function) and not is_primitive(expr):
+            for param in expr.params:
+                self.sources[param] = RuntimeSource(param.name_hint)
+        return children(expr)
+
+    def _source_of(self, function: str, expr: relay.Expr) -> Source:
+        if isinstance(expr, relay.Constant):
+            return ConstSource(expr)
+        if isinstance(expr, relay.Var):
+            return self.sources.get(expr, RuntimeSource(expr.name_hint))
+        if isinstance(expr, relay.Tuple):
+            return TupleSource(tuple(self.sources[f] for f in expr.fields))
+        if isinstance(expr, relay.TupleGetItem):
+            inner = self.sources[expr.tuple_value]
+            if isinstance(inner, TupleSource):
+                return inner.fields[expr.index]
+            if isinstance(inner, NodeSource) and inner.index is None:
+                return NodeSource(inner.node, expr.index)
+            return RuntimeSource(f"{_label_of(inner)}.{expr.index}")
+        if isinstance(expr, relay.Let):
+            value = self.sources[expr.value]
+            # Stock inlines a let-bound value only once it is a single constant: a let-bound tuple
+            # stays a variable, and so does anything read through it.
+            if isinstance(value, ConstSource) or (isinstance(value, NodeSource) and self._is_tensor(value)):
+                self.sources[expr.var] = value
+            else:
+                self.sources[expr.var] = RuntimeSource(expr.var.name_hint)
+            return self.sources[expr.body]
+        if isinstance(expr, relay.If):
+            cond = self.sources[expr.cond]
+            if isinstance(cond, ConstSource):
+                chosen = expr.true_branch if is_true(cond.constant) else expr.false_branch
+                return self.sources[chosen]
+            return RuntimeSource("if")
+        if isinstance(expr, relay.Call):
+            if isinstance(expr.op, tvm.ir.Op):
+                return self._lower_call(function, expr)
+            return RuntimeSource(f"call of {_short(expr.op, 40)}")
+        if isinstance(expr, relay.Function):
+            return RuntimeSource("function")
+        return RuntimeSource(type(expr).__name__)
+
+    def _is_tensor(self, source: NodeSource) -> bool:
+        if source.index is not None:
+            return True
+        call = self.sites[source.node].call
+        return isinstance(_checked_type(call), relay.TensorType)
+
+    def _lower_call(self, function: str, call: relay.Call) -> Source:
+        node_id = len(self.nodes)
+        op: tvm.ir.Op = call.op
+        args = tuple(self.sources[arg] for arg in call.args)
+        inputs: List[NodeInput] = []
+        kind = SiteKind.EVALUATE
+        static_value: Optional[Tuple[int, ...]] = None
+        unfoldable: Optional[Reason] = None
+        detail = ""
+        default_fold = True
+        default_rule = ""
+        annotation = {FOLD_BARRIER_OP: Annotation.BARRIER, FOLD_ALLOW_OP: Annotation.ALLOW}.get(op.name, Annotation.NONE)
+
+        shape_value = self._static_shape_value(call) if op.name in _SHAPE_OPS + (_NDARRAY_SIZE_OP,) else None
+        operand_is_barrier = bool(call.args) and isinstance(args[0], NodeSource) and (
+            self.nodes[args[0].node].annotation is Annotation.BARRIER
+        )
+        if shape_value is not None and not operand_is_barrier:
+            # The value comes from the operand's type, not its data: no inputs to wait for.
+            kind, static_value = SiteKind.SHAPE, shape_value
+        else:
+            for index, arg in enumerate(args):
+                inputs.extend(self._inputs_of(arg, _arg_label(call, index)))
+            if annotation is Annotation.ALLOW:
+                kind = SiteKind.ALLOW
+            elif annotation is Annotation.NONE:
+                unfoldable, detail, default_fold, default_rule = self._stock_rules(op, call)
+
+        outputs = tensor_infos(_checked_type(call))
+        node = FoldNode(
+            id=node_id,
+            op=op.name,
+            label=f"%{node_id}",
+            function=function,
+            inputs=tuple(inputs),
+            outputs=outputs,
+            attrs=_attrs_dict(call.attrs),
+            annotation=annotation,
+            unfoldable=unfoldable,
+            unfoldable_detail=detail,
+            default_fold=default_fold,
+            default_rule=default_rule,
+        )
+        self.nodes.append(node)
+        self.sites.append(CallSite(node_id, call, function, kind, args, static_value))
+        return NodeSource(node_id)
+
+    def _stock_rules(self, op: tvm.ir.Op, call: relay.Call) -> Tuple[Optional[Reason], str, bool, str]:
+        """(unfoldable reason, detail, default_fold, default_rule) as stock decides for ``op``."""
+        if not call.args:
+            return None, "", False, NO_ARGS_RULE
+        if self.op_attr(op, "TOpIsStateful"):
+            return Reason.IMPURE, f"{op.name} is stateful", True, ""
+        if op.name in _SHAPE_OPS + (_NDARRAY_SIZE_OP,):
+            return Reason.DYNAMIC_SHAPE, f"{op.name} of an operand whose shape is not static", True, ""
+        if op.name == _DEVICE_COPY_OP:
+            return Reason.UNSUPPORTED, "device_copy moves data between devices; stock never folds it", True, ""
+        if self.op_attr(op, "TNonComputational"):
+            if self.op_attr(op, "FTVMQnnCanonicalize") is not None:
+                return None, "", False, QNN_DEFAULT_RULE
+            return Reason.UNSUPPORTED, f"{op.name} is non-computational: there is nothing to evaluate", True, ""
+        return None, "", True, ""
+
+    def _static_shape_value(self, call: relay.Call) -> Optional[Tuple[int, ...]]:
+        if len(call.args) != 1:
+            return None
+        shape = static_shape(_checked_type(call.args[0]))
+        if shape is None:
+            return None
+        if call.op.name == _NDARRAY_SIZE_OP:
+            # Stock reports size 0 for a 0-d operand; matching it keeps the outputs equal.
+            size = 0 if not shape else 1
+            for dim in shape:
+                size *= dim
+            return (size,)
+        if not shape:
+            return None  # stock yields a 0-d tensor of uninitialised memory for shape_of(scalar)
+        return shape
+
+    def _inputs_of(self, source: Source, label: str) -> List[NodeInput]:
+        if isinstance(source, TupleSource):
+            return [inp for i, field in enumerate(source.fields) for inp in self._inputs_of(field, f"{label}.{i}")]
+        if isinstance(source, ConstSource):
+            return [NodeInput(InputKind.CONSTANT, label, _constant_info(source.constant))]
+        if isinstance(source, NodeSource):
+            outputs = self.nodes[source.node].outputs
+            index = 0 if source.index is None else source.index
+            info = outputs[index] if index < len(outputs) and (source.index is not None or len(outputs) == 1) else None
+            return [NodeInput(InputKind.NODE, self.nodes[source.node].label, info, source.node)]
+        return [NodeInput(InputKind.RUNTIME, source.label)]
+
+
+def _constant_info(constant: relay.Constant) -> TensorInfo:
+    data = constant.data
+    return TensorInfo.of(str(data.dtype), tuple(int(d) for d in data.shape))
+
+
+def is_true(constant: relay.Constant) -> bool:
+    """The truth of an ``If`` condition as stock reads it: the first byte of the data."""
+    return bool(constant.data.numpy().reshape(-1).view("uint8")[0]) if constant.data.numpy().size else False
+
+
+def _label_of(source: Source) -> str:
+    if isinstance(source, NodeSource):
+        return f"%{source.node}"
+    if isinstance(source, RuntimeSource):
+        return source.label
+    return "tuple"
+
+
+def _arg_label(call: relay.Call, index: int) -> str:
+    return f"{call.op.name} argument {index}"
+
+
+def _attrs_dict(attrs: Optional[tvm.ir.Attrs]) -> Dict[str, object]:
+    if attrs is None or not hasattr(attrs, "keys"):
+        return {}
+    result: Dict[str, object] = {}
+    for key in attrs.keys():
+        value = attrs[key]
+        if isinstance(value, (tvm.tir.IntImm, tvm.tir.FloatImm)):
+            value = value.value
+        elif isinstance(value, tvm.runtime.String):
+            value = str(value)
+        result[str(key)] = value
+    return result
+
+
+def lower_relay(mod: tvm.IRModule, functions: Sequence[Tuple[str, relay.Function]]) -> LoweredModule:
+    """Describe every op call of ``functions`` (already type-checked) as FoldNodes."""
+    lowerer = _Lowerer()
+    for name, func in functions:
+        lowerer.lower_function(name, func)
+    return LoweredModule(tuple(lowerer.nodes), tuple(lowerer.sites), tuple(name for name, _ in functions))

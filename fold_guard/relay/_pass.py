@@ -1,0 +1,308 @@
+"""The fold_guard FoldConstant pass for Relay: type-check, lower, plan, evaluate by level, rewrite."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import tvm
+from tvm import relay
+
+from .._core.errors import FoldNotPossibleError, PreconditionError, UnsupportedIRError
+from .._core.graph import Annotation, FoldGraph, dtype_nbytes
+from .._core.planner import FoldPlan, plan_folds
+from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
+from .._core.reasons import Action, Reason
+from .._core.report import FoldReport
+from ._evaluate import Values, evaluate_plan
+from ._lower import LoweredModule, foldable_functions, lower_relay, postorder
+from ._rewrite import rewrite_function
+
+__all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
+
+logger = logging.getLogger("fold_guard")
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """What :func:`fold` returns: the new module, whether it differs, the plan and the report."""
+
+    mod: tvm.IRModule
+    modified: bool
+    plan: FoldPlan
+    report: FoldReport
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = {}
+        self._start = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._start
+        self._start = now
+
+
+def _check_module(mod: object) -> tvm.IRModule:
+    if not isinstance(mod, tvm.IRModule):
+        raise UnsupportedIRError(
+            f"fold_guard.relay expects a tvm.IRModule, got {type(mod).__name__}; "
+            "hint: tvm.IRModule.from_expr(func) wraps a Relay function, and "
+            "fold_guard.relay.fold_function folds one function directly"
+        )
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, (relay.Function, tvm.tir.PrimFunc)):
+            raise UnsupportedIRError(
+                f"function {gvar.name_hint} is a {type(func).__module__}.{type(func).__name__}, which "
+                "fold_guard.relay cannot read; hint: Relax modules go to fold_guard.relax"
+            )
+    return mod
+
+
+def _infer_types(mod: tvm.IRModule, what: str) -> tvm.IRModule:
+    try:
+        return relay.transform.InferType()(mod)
+    except tvm.TVMError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise PreconditionError(
+            f"{what} does not type-check, so fold_guard cannot tell what is constant: "
+            f"{lines[-1] if lines else err}. Hint: run relay.transform.InferType() on it to see the error"
+        ) from err
+
+
+def _analyse(
+    mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: _Timer
+) -> Tuple[tvm.IRModule, LoweredModule, FoldGraph, FoldPolicy]:
+    policy = resolve_policy(policy_spec)
+    typed = _infer_types(_check_module(mod), "the input module")
+    # Step 1. Describe every op call of the functions to fold, as stock folding sees it.
+    lowered = lower_relay(typed, foldable_functions(typed, functions))
+    timer.lap("lower")
+    return typed, lowered, FoldGraph(lowered.nodes), policy
+
+
+def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Optional[Iterable[str]] = None) -> FoldPlan:
+    """Decide what :func:`FoldConstant` would fold in ``mod``, without evaluating or changing anything.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tvm
+    >>> from tvm import relay
+    >>> import fold_guard.relay as fgr
+    >>> x = relay.var("x", shape=(2,), dtype="float32")
+    >>> w = relay.exp(relay.const(np.zeros(2, "float32")))
+    >>> mod = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, fgr.fold_barrier(w))))
+    >>> print(fgr.plan(mod).explain())
+    fold plan under policy 'default': 1 folded, 1 kept by barrier, 1 not constant
+      main: %0 = exp: folded [default]
+      main: %1 = fold_barrier: kept by barrier [fold_barrier]: operand is constant; the barrier stays; nothing that consumes it folds
+      main: %2 = add: not constant: input x is not constant
+    """
+    _, _, graph, resolved = _analyse(mod, policy, functions, _Timer())
+    return plan_folds(graph, resolved)
+
+
+def fold(
+    mod: tvm.IRModule,
+    *,
+    policy: PolicySpec = "default",
+    strict: bool = False,
+    functions: Optional[Iterable[str]] = None,
+) -> FoldResult:
+    """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
+
+    Returns a :class:`FoldResult`; ``mod`` itself is never changed. ``functions`` names the
+    global functions to fold; by default every Relay function the stock pass folds (all but
+    those with a ``Compiler``, ``Extern`` or ``SkipOptimization`` attribute). With
+    ``strict=True`` a ``fold_allow`` that cannot fold, or a call whose evaluation fails, raises
+    :class:`~fold_guard.FoldNotPossibleError`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tvm
+    >>> from tvm import relay
+    >>> import fold_guard.relay as fgr
+    >>> w = relay.qnn.op.quantize(relay.const(np.ones((2, 2), "float32")), relay.const(0.5), relay.const(0))
+    >>> x = relay.var("x", shape=(2, 2), dtype="int8")
+    >>> mod = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, fgr.fold_allow(w))))
+    >>> result = fgr.fold(mod)
+    >>> [d.reason.text for d in result.plan.decisions]
+    ['folded', 'folded', 'not constant']
+    >>> print(result.mod["main"].body.args[1].data.numpy())
+    [[2 2]
+     [2 2]]
+    """
+    timer = _Timer()
+    typed, lowered, graph, resolved = _analyse(mod, policy, functions, timer)
+    # Step 2. Plan with the TVM-free core.
+    fold_plan = plan_folds(graph, resolved)
+    timer.lap("plan")
+    # Step 3. Evaluate level by level; a failure re-plans (its consumers no longer fold).
+    values: Values = {}
+    failures: Dict[int, str] = {}
+    new_failures, runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
+    while new_failures:
+        failures.update(new_failures)
+        fold_plan = plan_folds(graph, resolved, eval_failures=failures)
+        new_failures, more_runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
+        runs += more_runs
+    timer.lap("evaluate")
+    if strict:
+        _raise_if_not_possible(fold_plan)
+    # Step 4. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
+    new_mod = _rewrite_module(typed, lowered, fold_plan, values)
+    new_mod = _infer_types(new_mod, "fold_guard's output (please report this)")
+    timer.lap("rewrite")
+    report = FoldReport(
+        fold_plan,
+        constant_bytes_before=_constant_bytes(typed),
+        constant_bytes_after=_constant_bytes(new_mod),
+        kernels_compiled=runs,
+        seconds=dict(timer.seconds),
+    )
+    logger.info("%s", report.explain(verbose=False))
+    modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
+    return FoldResult(new_mod, modified, fold_plan, report)
+
+
+def fold_function(func: relay.Function, *, policy: PolicySpec = "default", strict: bool = False) -> relay.Function:
+    """Fold one Relay function, such as the partitioned function a ``relay.ext.<codegen>`` hook receives.
+
+    Unlike the module pass, a function with a ``Compiler`` attribute is folded: being handed the
+    function is the request. Only that function changes; its attributes are kept.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tvm import relay
+    >>> import fold_guard.relay as fgr
+    >>> x = relay.var("x", shape=(2,), dtype="float32")
+    >>> func = relay.Function([x], relay.add(x, relay.exp(relay.const(np.zeros(2, "float32")))))
+    >>> func = func.with_attr("Compiler", "my_npu")
+    >>> folded = fgr.fold_function(func)
+    >>> folded.attrs["Compiler"], type(folded.body.args[1]).__name__
+    ('my_npu', 'Constant')
+    """
+    if not isinstance(func, relay.Function):
+        raise UnsupportedIRError(
+            f"fold_function expects a relay.Function, got {type(func).__name__}; "
+            "hint: fold a whole module with fold_guard.relay.fold(mod)"
+        )
+    mod = tvm.IRModule({relay.GlobalVar("fold_guard_function"): func})
+    return fold(mod, policy=policy, strict=strict, functions=["fold_guard_function"]).mod["fold_guard_function"]
+
+
+def _raise_if_not_possible(fold_plan: FoldPlan) -> None:
+    for node, decision in zip(fold_plan.graph.nodes, fold_plan.decisions):
+        if decision.reason is Reason.EVAL_FAILED:
+            raise FoldNotPossibleError(
+                f"function {node.function}: evaluating {node.label} = {node.op} failed: {decision.detail}. "
+                "Hint: pass strict=False to keep the call and continue"
+            )
+        if node.annotation is Annotation.ALLOW and decision.action is Action.KEEP:
+            raise FoldNotPossibleError(
+                f"function {node.function}: {node.label} = fold_allow(...) cannot fold: "
+                f"{decision.reason.text}{': ' + decision.detail if decision.detail else ''}. "
+                "Hint: fold_allow needs an operand computed from constants only"
+            )
+
+
+def _rewrite_module(mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values: Values) -> tvm.IRModule:
+    node_of_call = {site.call: site.node_id for site in lowered.sites}
+    functions = {}
+    for gvar, func in mod.functions.items():
+        if gvar.name_hint in lowered.functions:
+            func = rewrite_function(func, node_of_call, fold_plan, values)
+        functions[gvar] = func
+    new_mod = tvm.IRModule(functions, mod.type_definitions)
+    if mod.attrs is not None:
+        for key in mod.attrs.keys():
+            new_mod = new_mod.with_attr(key, mod.attrs[key])
+    return new_mod
+
+
+def _constant_bytes(mod: tvm.IRModule) -> int:
+    total = 0
+    for func in mod.functions.values():
+        if isinstance(func, relay.Function):
+            for expr in postorder(func.body):
+                if isinstance(expr, relay.Constant):
+                    total += dtype_nbytes(str(expr.data.dtype), tuple(int(d) for d in expr.data.shape)) or 0
+    return total
+
+
+@tvm.transform.module_pass(opt_level=0, name="fold_guard.FoldConstant")
+class _FoldConstantPass:
+    def __init__(self, policy: FoldPolicy, strict: bool, functions: Optional[Tuple[str, ...]]) -> None:
+        self.policy = policy
+        self.strict = strict
+        self.functions = functions
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        return fold(mod, policy=self.policy, strict=self.strict, functions=self.functions).mod
+
+
+def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
+    policy: PolicySpec = "default",
+    *,
+    strict: bool = False,
+    functions: Optional[Iterable[str]] = None,
+) -> tvm.transform.Pass:
+    """fold_guard's drop-in for ``relay.transform.FoldConstant``.
+
+    Parameters
+    ----------
+    policy : str, FoldPolicy, or a list of them
+        A registered policy name (``"default"``, ``"fold-qnn"``, ``"keep-qdq-weights"``,
+        ``"size-guard"``, or one a backend registered), a :class:`~fold_guard.FoldPolicy`, or a
+        list composed in order. ``"default"`` folds exactly what ``FoldConstant()`` folds and
+        ``"fold-qnn"`` exactly what ``FoldConstant(fold_qnn=True)`` folds, so the pass can replace
+        either unchanged; annotations then add control where the graph needs it.
+    strict : bool
+        Raise :class:`~fold_guard.FoldNotPossibleError` when a ``fold_allow`` cannot fold or an
+        evaluation fails, instead of keeping the call and reporting why. Off by default, like the
+        stock pass, which silently skips what it cannot evaluate.
+    functions : iterable of str, optional
+        The global functions to fold. By default every function the stock pass folds: all but
+        those with a ``Compiler``, ``Extern`` or ``SkipOptimization`` attribute. Naming a
+        partitioned external function folds it and leaves every other function unchanged.
+
+    Returns
+    -------
+    tvm.transform.Pass
+        A module pass named ``fold_guard.FoldConstant``.
+
+    Raises
+    ------
+    UnknownPolicyError
+        When a policy name is not registered (raised here, before any module is seen).
+
+    Notes
+    -----
+    The module is type-checked first (``InferType``), as the stock pass needs too (``shape_of`` of
+    a static shape folds from the type). Folded calls are evaluated on the CPU with the ``llvm``
+    target through Relay's interpreter, as the stock pass does, but in one run per dependency
+    level instead of one compilation per call. QNN ops are lowered (QNN Legalize and
+    CanonicalizeOps) only inside that evaluation, so QNN ops that are not folded stay intact.
+
+    Examples
+    --------
+    A constant QNN weight folded into int8 while the activation's QNN ops stay::
+
+        # Before (default policy; stock FoldConstant() keeps qnn.quantize of a constant)
+        %w = fold_allow(qnn.quantize(W_fp32, 0.05f, 0))   # folds: inside fold_allow
+        %y = qnn.dense(%x, %w, ...)                        # kept: %x is an activation
+        # After
+        %y = qnn.dense(%x, W_int8, ...)
+
+    >>> import fold_guard.relay as fgr
+    >>> fgr.FoldConstant("fold-qnn").info.name
+    'fold_guard.FoldConstant'
+    """
+    names = None if functions is None else tuple(functions)
+    return _FoldConstantPass(resolve_policy(policy), bool(strict), names)
