@@ -247,6 +247,7 @@ class _Lowerer:
         self.nodes: List[FoldNode] = []
         self.sites: List[CallSite] = []
         self.sources: Dict[relay.Expr, Source] = {}
+        self.let_value: Dict[relay.Var, relay.Expr] = {}
         self._op_attr_cache: Dict[Tuple[str, str], object] = {}
 
     def op_attr(self, op: tvm.ir.Op, attr: str) -> object:
@@ -268,13 +269,24 @@ class _Lowerer:
         if isinstance(expr, relay.Function) and not is_primitive(expr):
             for param in expr.params:
                 self.sources[param] = RuntimeSource(param.name_hint)
+        if isinstance(expr, relay.Let):
+            self.let_value[expr.var] = expr.value
         return children(expr)
 
     def _source_of(self, function: str, expr: relay.Expr) -> Source:
         if isinstance(expr, relay.Constant):
             return ConstSource(expr)
         if isinstance(expr, relay.Var):
-            return self.sources.get(expr, RuntimeSource(expr.name_hint))
+            bound = self.let_value.get(expr)
+            if bound is None:
+                return self.sources.get(expr, RuntimeSource(expr.name_hint))
+            # The bound value precedes the let body in post-order, so its source is known.
+            # Stock inlines a let-bound value only once it is a single constant: a let-bound tuple
+            # stays a variable, and so does anything read through it.
+            value = self.sources[bound]
+            if isinstance(value, ConstSource) or (isinstance(value, NodeSource) and self._is_tensor(value)):
+                return value
+            return RuntimeSource(expr.name_hint)
         if isinstance(expr, relay.Tuple):
             return TupleSource(tuple(self.sources[f] for f in expr.fields))
         if isinstance(expr, relay.TupleGetItem):
@@ -285,13 +297,6 @@ class _Lowerer:
                 return NodeSource(inner.node, expr.index)
             return RuntimeSource(f"{_label_of(inner)}.{expr.index}")
         if isinstance(expr, relay.Let):
-            value = self.sources[expr.value]
-            # Stock inlines a let-bound value only once it is a single constant: a let-bound tuple
-            # stays a variable, and so does anything read through it.
-            if isinstance(value, ConstSource) or (isinstance(value, NodeSource) and self._is_tensor(value)):
-                self.sources[expr.var] = value
-            else:
-                self.sources[expr.var] = RuntimeSource(expr.var.name_hint)
             return self.sources[expr.body]
         if isinstance(expr, relay.If):
             cond = self.sources[expr.cond]
