@@ -20,7 +20,12 @@ Public surface:
 ['FoldConstant', 'FoldResult']
 """
 
-from ._ops import fold_allow, fold_barrier, register_ops as _register_ops
+# Importing _compat refuses a TVM without Relay, or a release this adapter does not know.
+from ._compat import check_tvm_version as _check_tvm_version
+
+_check_tvm_version()
+
+from ._ops import fold_allow, fold_barrier, register_ops as _register_ops  # noqa: E402
 
 _register_ops()
 
