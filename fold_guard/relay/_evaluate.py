@@ -90,7 +90,11 @@ def _expression(site: CallSite, values: Mapping[int, relay.Expr]) -> relay.Expr:
         return relay.cast(relay.const(data, "int32"), str(site.call.attrs.dtype))
     call = site.call
     args = [materialize(arg, values) for arg in site.args]
-    return relay.Call(call.op, args, call.attrs, call.type_args, call.span)
+    # A copy of the attributes: QNN canonicalization writes resolved defaults (requantize's
+    # rounding and compute dtype) into the attributes object it is given, which would otherwise
+    # change the caller's module. (Stock FoldConstant(fold_qnn=True) does change it.)
+    attrs = None if call.attrs is None else tvm.ir.load_json(tvm.ir.save_json(call.attrs))
+    return relay.Call(call.op, args, attrs, call.type_args, call.span)
 
 
 def _levels(plan: FoldPlan, values: Mapping[int, relay.Expr]) -> List[List[int]]:
