@@ -4,11 +4,14 @@ Both are identity at run time: an ``Identity`` type relation, an identity comput
 (``topi.identity``) and the injective pattern, so ``relay.build`` fuses them into their
 neighbours and an annotated module runs as if the annotations were not there.
 
-``fold_barrier`` is also marked ``TNonComputational``. Stock ``relay.transform.FoldConstant``
-skips non-computational ops that have no QNN canonicalization, so a barrier survives any later
-stock pass. Without that mark stock ``FoldConstant`` folds straight through an identity op (a test
-shows it), which is why fold_guard's planner honours barriers itself rather than relying on it.
-``fold_allow`` is deliberately computational: folding through it is exactly what it asks for.
+``fold_barrier`` is also marked ``TOpIsStateful``. Stock ``relay.transform.FoldConstant`` never
+evaluates a stateful op (with or without ``fold_qnn``), so a barrier survives any later stock
+pass; ``EliminateCommonSubexpr`` does not merge two barriers either. ``TNonComputational``, the
+other attribute stock folding respects, would not do: ``FuseOps`` leaves non-computational ops
+out of every fused function, and ``relay.build`` then fails on a barrier nothing fuses into.
+Without either mark stock ``FoldConstant`` folds straight through an identity op (a test shows
+it), which is why fold_guard's planner honours barriers itself rather than relying on the op's
+attributes. ``fold_allow`` is deliberately neither: folding through it is what it asks for.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def register_ops() -> None:
         op.add_type_rel("Identity")
         op.set_support_level(10)
         if name == FOLD_BARRIER_OP:
-            op.set_attr("TNonComputational", True)
+            op.set_attr("TOpIsStateful", True)
         _relay_op.register_compute(name, _identity_compute)
         _relay_op.register_injective_schedule(name)
         _relay_op.register_pattern(name, _relay_op.OpPattern.INJECTIVE)

@@ -18,7 +18,7 @@ from .._core.reasons import Action, Reason
 from .._core.report import FoldReport
 from ._evaluate import Values, evaluate_plan
 from ._lower import LoweredModule, foldable_functions, lower_relay, postorder
-from ._rewrite import rewrite_function
+from ._rewrite import remap_global_vars, rewrite_function
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
 
@@ -62,22 +62,52 @@ def _check_module(mod: object) -> tvm.IRModule:
     return mod
 
 
+def _detached_copy(mod: tvm.IRModule) -> tvm.IRModule:
+    """The same functions under fresh GlobalVars, so that type inference cannot reach ``mod``.
+
+    Relay's ``InferType`` refreshes the cached type of every function reachable through the
+    module's GlobalVars in place (stock passes change their input's cached types this way). With
+    fresh GlobalVars and new function objects it builds new typed nodes and leaves the caller's
+    module exactly as it was; constants are shared, not copied.
+    """
+    fresh = {gvar: relay.GlobalVar(gvar.name_hint) for gvar in mod.get_global_vars()}
+    functions = {}
+    for gvar, func in mod.functions.items():
+        functions[fresh[gvar]] = remap_global_vars(func, fresh) if isinstance(func, relay.Function) else func
+    copy = tvm.IRModule(functions, mod.type_definitions)
+    if mod.attrs is not None:
+        for key in mod.attrs.keys():
+            copy = copy.with_attr(key, mod.attrs[key])
+    return copy
+
+
 def _infer_types(mod: tvm.IRModule, what: str) -> tvm.IRModule:
+    # TVM reports type errors as diagnostics printed to stderr and raises a generic "error
+    # diagnostics were emitted"; collect them so the exception itself names what is wrong.
+    messages: List[str] = []
+
+    def collect(context: object) -> None:
+        messages.extend(str(diagnostic.message) for diagnostic in context.diagnostics)  # type: ignore[attr-defined]
+
+    tvm.ir.diagnostics.override_renderer(collect)
     try:
         return relay.transform.InferType()(mod)
     except tvm.TVMError as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        why = "; ".join(messages) or (lines[-1] if lines else str(err))
         raise PreconditionError(
-            f"{what} does not type-check, so fold_guard cannot tell what is constant: "
-            f"{lines[-1] if lines else err}. Hint: run relay.transform.InferType() on it to see the error"
+            f"{what} does not type-check, so fold_guard cannot tell what is constant: {why}. "
+            "Hint: run relay.transform.InferType() on it to see where"
         ) from err
+    finally:
+        tvm.ir.diagnostics.override_renderer(None)
 
 
 def _analyse(
     mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: _Timer
 ) -> Tuple[tvm.IRModule, LoweredModule, FoldGraph, FoldPolicy]:
     policy = resolve_policy(policy_spec)
-    typed = _infer_types(_check_module(mod), "the input module")
+    typed = _infer_types(_detached_copy(_check_module(mod)), "the input module")
     # Step 1. Describe every op call of the functions to fold, as stock folding sees it.
     lowered = lower_relay(typed, foldable_functions(typed, functions))
     timer.lap("lower")

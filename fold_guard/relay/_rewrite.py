@@ -140,3 +140,11 @@ def _rebuild_plain(expr: relay.Expr, new: Mapping[relay.Expr, relay.Expr]) -> re
     if isinstance(expr, relay.Function):
         return relay.Function(list(expr.params), rebuilt[0], expr.ret_type, expr.type_params, expr.attrs, expr.span)
     return expr
+
+
+def remap_global_vars(func: relay.Function, mapping: Mapping[relay.GlobalVar, relay.GlobalVar]) -> relay.Function:
+    """A new ``func`` (always a new object) whose references to global functions go through ``mapping``."""
+    new: Dict[relay.Expr, relay.Expr] = {}
+    for expr in postorder(func.body):
+        new[expr] = mapping.get(expr, expr) if isinstance(expr, relay.GlobalVar) else _rebuild_plain(expr, new)
+    return relay.Function(list(func.params), new[func.body], func.ret_type, func.type_params, func.attrs, func.span)
