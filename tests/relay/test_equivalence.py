@@ -1,0 +1,242 @@
+"""Guarantees 1, 2 and 4 of the brief on the unannotated Relay corpus.
+
+1. ``fold_guard.relay.FoldConstant()`` gives exactly stock ``relay.transform.FoldConstant()``'s
+   output, and policy ``"fold-qnn"`` exactly ``FoldConstant(fold_qnn=True)``'s. Structural
+   equality compares constants by their bytes, so folded constants are bit-identical too.
+2. A module folded by fold_guard builds and runs to the same output as the unfolded module.
+4. The input module is not mutated (stock itself mutates two of them with fold_qnn=True, see
+   ``corpus.STOCK_MUTATES_INPUT``); the same input gives the same output.
+
+Plus the plan's bookkeeping: ``fold_guard.relay.plan`` has one decision per op call of the
+functions stock folds, so its FOLD decisions must match the calls stock replaces by constants.
+
+What stock does to each module is pinned by ``test_corpus_stock.py``, which needs no fold_guard.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+
+import fold_guard.relay as fgr
+from fold_guard._core.reasons import Reason
+
+try:
+    from tests.relay.corpus import (
+        BUILDERS,
+        NOT_BIT_EXACT,
+        NOT_RUNNABLE,
+        STOCK,
+        op_counts,
+        run_module,
+    )
+except ImportError:  # tests/ is not a package: pytest puts tests/relay on sys.path
+    from corpus import (  # type: ignore[no-redef]
+        BUILDERS,
+        NOT_BIT_EXACT,
+        NOT_RUNNABLE,
+        STOCK,
+        op_counts,
+        run_module,
+    )
+
+NAMES = list(BUILDERS)
+RUNNABLE = [name for name in NAMES if name not in NOT_RUNNABLE]
+POLICIES = [("default", False), ("fold-qnn", True)]
+POLICY_IDS = [policy for policy, _ in POLICIES]
+
+
+def _copy(mod: tvm.IRModule) -> tvm.IRModule:
+    return tvm.ir.load_json(tvm.ir.save_json(mod))
+
+
+def _text(mod: tvm.IRModule) -> str:
+    return mod.astext(show_meta_data=False)
+
+
+# Stock outputs are reused by several tests; every test builds its own input module, so no test
+# can see another's (possibly mutated) input.
+_STOCK_OUT: dict[tuple[str, bool], tvm.IRModule] = {}
+
+
+def _stock_out(name: str, fold_qnn: bool) -> tvm.IRModule:
+    key = (name, fold_qnn)
+    if key not in _STOCK_OUT:
+        _STOCK_OUT[key] = relay.transform.FoldConstant(fold_qnn=fold_qnn)(BUILDERS[name]())
+    return _STOCK_OUT[key]
+
+
+def _assert_equal_ir(name: str, policy: str, got: tvm.IRModule, expected: tvm.IRModule) -> None:
+    try:
+        tvm.ir.assert_structural_equal(got, expected, map_free_vars=True)
+    except ValueError as err:
+        message = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+        raise AssertionError(
+            f"{name} under {policy!r}: fold_guard differs from stock\n{message}\n"
+            f"--- stock (expected)\n{_text(expected)}\n--- fold_guard (got)\n{_text(got)}"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# (a), (b): structurally equal to stock
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy, fold_qnn", POLICIES, ids=POLICY_IDS)
+@pytest.mark.parametrize("name", NAMES)
+def test_equals_stock(name: str, policy: str, fold_qnn: bool):
+    ours = fgr.FoldConstant(policy)(BUILDERS[name]())
+    _assert_equal_ir(name, policy, ours, _stock_out(name, fold_qnn))
+
+
+def test_default_policy_is_the_default():
+    """FoldConstant() and FoldConstant("default") are the same pass."""
+    for name in ("float_elemwise_chain", "qnn_constant_weights_activation_graph", "if_const_cond"):
+        tvm.ir.assert_structural_equal(
+            fgr.FoldConstant()(BUILDERS[name]()), fgr.FoldConstant("default")(BUILDERS[name]()), map_free_vars=True
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# (c): the input is not mutated; the same input gives the same output
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", POLICY_IDS)
+@pytest.mark.parametrize("name", NAMES)
+def test_input_not_mutated_and_deterministic(name: str, policy: str):
+    mod = BUILDERS[name]()
+    before = _copy(mod)
+    first = fgr.FoldConstant(policy)(mod)
+    tvm.ir.assert_structural_equal(mod, before)
+    second = fgr.FoldConstant(policy)(mod)
+    tvm.ir.assert_structural_equal(mod, before)
+    tvm.ir.assert_structural_equal(first, second, map_free_vars=True)
+    # the functional API and the planner do not touch the input either
+    fgr.fold(mod, policy=policy)
+    fgr.plan(mod, policy)
+    tvm.ir.assert_structural_equal(mod, before)
+
+
+@pytest.mark.parametrize("policy", POLICY_IDS)
+@pytest.mark.parametrize("name", NAMES)
+def test_input_json_unchanged(name: str, policy: str):
+    """Stricter than structural equality: the input's ``save_json`` text is the same afterwards.
+
+    Stock passes refresh the cached ``checked_type_`` of the input's functions in place (the
+    text changes, the module does not); fold_guard promises to leave the caller's module
+    byte-for-byte alone, as ``test_annotations.assert_input_unchanged`` checks too.
+    """
+    mod = BUILDERS[name]()
+    saved = tvm.ir.save_json(mod)
+    fgr.FoldConstant(policy)(mod)
+    assert tvm.ir.save_json(mod) == saved, "FoldConstant rewrote cached fields of its input in place"
+    fgr.fold(mod, policy=policy)
+    assert tvm.ir.save_json(mod) == saved, "fold() rewrote cached fields of its input in place"
+    fgr.plan(mod, policy)
+    assert tvm.ir.save_json(mod) == saved, "plan() rewrote cached fields of its input in place"
+
+
+# ---------------------------------------------------------------------------------------------
+# (d): the folded module runs to the same output
+# ---------------------------------------------------------------------------------------------
+
+_UNFOLDED: dict[str, list[np.ndarray]] = {}
+
+
+def _unfolded_outputs(name: str) -> list[np.ndarray]:
+    if name not in _UNFOLDED:
+        _UNFOLDED[name] = run_module(name, BUILDERS[name]())
+    return _UNFOLDED[name]
+
+
+def _assert_same_outputs(name: str, expected: list[np.ndarray], got: list[np.ndarray], *, exact: bool) -> None:
+    assert len(got) == len(expected), f"{name}: {len(expected)} outputs unfolded, {len(got)} folded"
+    for i, (want, have) in enumerate(zip(expected, got)):
+        assert have.dtype == want.dtype and have.shape == want.shape, f"{name} output {i}"
+        if exact:
+            np.testing.assert_array_equal(have, want, err_msg=f"{name} output {i}")
+        else:
+            np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-6, err_msg=f"{name} output {i}")
+
+
+@pytest.mark.parametrize("policy, fold_qnn", POLICIES, ids=POLICY_IDS)
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_folded_module_runs_same(name: str, policy: str, fold_qnn: bool):
+    record = STOCK[name]
+    if fold_qnn and record.ops_fold_qnn == record.ops_default:
+        # fold-qnn gives the same module as default here (test_equals_stock): one run suffices
+        assert fold_qnn and record.fold_qnn == record.default
+        return
+    ours = fgr.FoldConstant(policy)(BUILDERS[name]())
+    got = run_module(name, ours)
+    if name in NOT_BIT_EXACT:
+        # stock's folded module is not bit-identical to the unfolded build either (the table
+        # says why); ours must still be bit-identical to stock's folded module
+        _assert_same_outputs(name, _unfolded_outputs(name), got, exact=False)
+        _assert_same_outputs(name, run_module(name, _stock_out(name, fold_qnn)), got, exact=True)
+    else:
+        _assert_same_outputs(name, _unfolded_outputs(name), got, exact=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# (e): the plan's counts
+# ---------------------------------------------------------------------------------------------
+
+
+def _has_if(mod: tvm.IRModule) -> bool:
+    found: list[bool] = []
+    for func in mod.functions.values():
+        if isinstance(func, relay.Function):
+            relay.analysis.post_order_visit(func, lambda node: found.append(True) if isinstance(node, relay.If) else None)
+    return bool(found)
+
+
+@pytest.mark.parametrize("policy, fold_qnn", POLICIES, ids=POLICY_IDS)
+@pytest.mark.parametrize("name", NAMES)
+def test_plan_counts(name: str, policy: str, fold_qnn: bool):
+    mod = BUILDERS[name]()
+    fold_plan = fgr.plan(mod, policy)
+    record = STOCK[name]
+    stock_changes = (record.fold_qnn if fold_qnn else record.default) == "changes"
+
+    assert len(fold_plan.folded) + len(fold_plan.kept) == len(fold_plan.decisions)
+    assert all(d.reason is Reason.FOLDED for d in fold_plan.folded)
+    assert all(d.reason is not Reason.FOLDED for d in fold_plan.kept)
+    assert sum(fold_plan.count_by_reason().values()) == len(fold_plan.decisions)
+    # a folded call is replaced by a constant, so a plan that folds something changes the module
+    if not stock_changes:
+        assert not fold_plan.folded, fold_plan.explain()
+
+    # Stock replaces each folded op call by a constant and removes no other call, except the
+    # calls of an If branch it drops. So without If, the calls that disappear are exactly the
+    # folded ones; with If, they include the folded ones.
+    expected_left = record.ops_fold_qnn if fold_qnn else record.ops_default
+    removed = sum(op_counts(mod).values()) - sum(expected_left.values())
+    if _has_if(mod):
+        assert len(fold_plan.folded) <= removed, fold_plan.explain()
+    else:
+        assert len(fold_plan.folded) == removed, fold_plan.explain()
+
+    # fold(): its module is the pass's output, ``modified`` says whether stock changes the
+    # module, and with no evaluation failures it carries out exactly the plan
+    result = fgr.fold(BUILDERS[name](), policy=policy)
+    _assert_equal_ir(name, policy, result.mod, _stock_out(name, fold_qnn))
+    assert result.modified == stock_changes
+    assert [(d.node, d.action) for d in result.plan.decisions] == [(d.node, d.action) for d in fold_plan.decisions]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fold_qnn_plan_folds_a_superset(name: str):
+    """Every call the default folds, fold-qnn folds too; without QNN ops the two plans agree."""
+    default_plan = fgr.plan(BUILDERS[name]())
+    qnn_plan = fgr.plan(BUILDERS[name](), "fold-qnn")
+    assert len(default_plan.decisions) == len(qnn_plan.decisions)  # same module, same graph
+    assert [d.op for d in default_plan.decisions] == [d.op for d in qnn_plan.decisions]
+    default_folded = {d.node for d in default_plan.folded}
+    qnn_folded = {d.node for d in qnn_plan.folded}
+    assert default_folded <= qnn_folded
+    if not any(d.op.startswith("qnn.") for d in qnn_plan.decisions):
+        assert default_folded == qnn_folded
