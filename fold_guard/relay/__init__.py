@@ -25,12 +25,13 @@ from ._compat import check_tvm_version as _check_tvm_version
 
 _check_tvm_version()
 
-from ._ops import fold_allow, fold_barrier, register_ops as _register_ops  # noqa: E402
+from ._ops import fold_allow, fold_barrier  # noqa: E402
+from ._ops import register_ops as _register_ops  # noqa: E402
 
 _register_ops()
 
-from ._pass import FoldConstant, FoldResult, fold, fold_function, plan  # noqa: E402
 from ._annotate import allow_constant_qnn  # noqa: E402
+from ._pass import FoldConstant, FoldResult, fold, fold_function, plan  # noqa: E402
 
 __all__ = [
     "FoldConstant",

@@ -25,7 +25,7 @@ from tvm import relay
 from .._core.errors import FoldNotPossibleError, PlanInvariantError
 from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan
-from ._lower import CallSite, ConstSource, NodeSource, RuntimeSource, SiteKind, Source, TupleSource
+from ._lower import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
 
 __all__ = ["Values", "evaluate_plan", "evaluation_target", "materialize"]
 
