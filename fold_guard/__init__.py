@@ -8,13 +8,15 @@ The IR adapters are submodules. Where a supported TVM is installed, ``import fol
 imports ``fold_guard.relax``, which registers the annotation ops, so TVMScript that uses
 ``R.fold_barrier`` / ``R.fold_allow`` parses after ``import fold_guard``. Without TVM (or with a
 TVM release the adapter does not support) the TVM-free core still imports; importing
-``fold_guard.relax`` directly then says what is missing::
+``fold_guard.relax`` directly then says what is missing. The Relay adapter is never imported
+implicitly (Relay exists only in older TVM builds); import it by name::
 
     import fold_guard.relax   # Relax (apache-tvm 0.27)
+    import fold_guard.relay   # Relay (TVM 0.9 to 0.19 builds, e.g. hhb-tvm 3.2.3)
 
 >>> import fold_guard
 >>> [policy.name for policy in fold_guard.list_policies()][:3]
-['default', 'keep-qdq-weights', 'size-guard']
+['default', 'fold-qnn', 'keep-qdq-weights']
 """
 
 from ._core import (

@@ -270,7 +270,7 @@ def test_unknown_policy_raises_at_construction(spec):
     with pytest.raises(fold_guard.UnknownPolicyError) as info:
         fgr.FoldConstant(spec)
     message = str(info.value)
-    assert "default, keep-qdq-weights, size-guard" in message
+    assert "default, fold-qnn, keep-qdq-weights, size-guard" in message
     assert repr(spec if isinstance(spec, str) else spec[1]) in message
     assert isinstance(info.value, ValueError)  # PreconditionError is a ValueError
 

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI (.ci/run) and the README run it: two environments, because the two
+# adapters need TVM builds that cannot be installed side by side.
+#
+#   relax: Relax + core + repository checks. Python 3.11, .venv, pip install -e ".[test]"
+#          (apache-tvm 0.27; mypy, codespell, onnxruntime for the type, spelling, example checks).
+#   relay: Relay + core. Python 3.10, .venv310, tests/relay/requirements.txt (hhb-tvm 3.2.3 =
+#          TVM 0.16 with Relay and QNN) and fold_guard itself (pyproject asks for apache-tvm only
+#          on Python >= 3.11).
+#
+# Usage: bash scripts/test.sh [relax|relay] [pytest arguments...]
+#   No suite name: both, one after the other. The second runs even if the first's tests fail
+#   (a broken setup still stops at once), and the exit status is non-zero if either failed.
+#   Pytest arguments (-x, -k NAME, ...) go to every suite run.
+#   PYTHON311 / PYTHON310 choose the interpreters.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUITES=(relax relay)
+if [ "$#" -gt 0 ] && { [ "$1" = relax ] || [ "$1" = relay ]; }; then
+    SUITES=("$1")
+    shift
+fi
+
+# Find an interpreter of exactly this version. A pyenv shim named python3.10 exists even when
+# pyenv's global version is 3.11 (it then fails), so each candidate is run, not just located.
+find_python() {
+    local want="$1" override="$2" candidate root
+    root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
+    for candidate in "$override" "python$want" "$root"/versions/"$want".*/bin/"python$want"; do
+        if [ -n "$candidate" ] && "$candidate" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$want'.split('.'))))" 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    echo "scripts/test.sh: no Python $want found (tried \$PYTHON${want/./}, python$want, $root/versions/$want.*)." >&2
+    echo "Install one (e.g. pyenv install $want) or point PYTHON${want/./} at it." >&2
+    return 1
+}
+
+header() {
+    printf '\n==================== %s ====================\n' "$1"
+}
+
+setup_relax() {
+    local python
+    python="$(find_python 3.11 "${PYTHON311:-}")"
+    "$python" -m venv .venv
+    .venv/bin/pip install -q -e ".[test]"
+    # The root conftest.py leaves out suites the installed TVM cannot run; make sure that is not
+    # this one (a wrong TVM here would otherwise shrink the suite instead of failing it).
+    .venv/bin/python -c '
+import sys, tvm
+if not tvm.__version__.startswith("0.27."):
+    sys.exit(f".venv has tvm {tvm.__version__}, the Relax suite needs apache-tvm 0.27")
+print(f"tvm {tvm.__version__}")'
+}
+
+setup_relay() {
+    local python
+    python="$(find_python 3.10 "${PYTHON310:-}")"
+    "$python" -m venv .venv310
+    .venv310/bin/pip install -q -r tests/relay/requirements.txt
+    .venv310/bin/pip install -q -e .
+    .venv310/bin/python -c '
+import importlib.metadata, importlib.util, sys, tvm
+if importlib.util.find_spec("tvm.relay") is None:
+    sys.exit(f".venv310 has tvm {tvm.__version__} without tvm.relay; the Relay suite needs it")
+# Two TVM distributions would overwrite each other'"'"'s files: pyproject must not pull apache-tvm here.
+for other in ("apache-tvm", "apache-tvm-ffi"):
+    try:
+        sys.exit(f"{other} {importlib.metadata.version(other)} is installed in .venv310; check the python_version markers in pyproject.toml")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+print(f"tvm {tvm.__version__} (tvm.relay present)")'
+}
+
+RESULTS="$(mktemp -d)"
+trap 'rm -rf "$RESULTS"' EXIT
+
+run_relax() {
+    .venv/bin/python -m pytest tests fold_guard --ignore=tests/relay --ignore=fold_guard/relay \
+        --junitxml="$RESULTS/relax.xml" "$@"
+}
+
+run_relay() {
+    .venv310/bin/python -m pytest tests/core tests/relay fold_guard --ignore=fold_guard/relax \
+        --junitxml="$RESULTS/relay.xml" "$@"
+}
+
+# "passed failed skipped" of one run, from its JUnit report (failed counts errors too).
+count_tests() {
+    "$1" - "$2" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+totals = [0, 0, 0]
+for suite in ET.parse(sys.argv[1]).getroot().iter("testsuite"):
+    tests, failed, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "skipped"))
+    failed += int(suite.get("errors", 0))
+    totals = [totals[0] + tests - failed - skipped, totals[1] + failed, totals[2] + skipped]
+print(*totals)
+PY
+}
+
+declare -A TITLE=(
+    [relax]="Relax + core + repository checks (Python 3.11, .venv, apache-tvm 0.27)"
+    [relay]="Relay + core (Python 3.10, .venv310, hhb-tvm 3.2.3 = TVM 0.16 with Relay)"
+)
+declare -A PYTHON=([relax]=.venv/bin/python [relay]=.venv310/bin/python)
+declare -A RESULT=()
+status=0
+passed=0 failed=0 skipped=0
+for i in "${!SUITES[@]}"; do
+    suite="${SUITES[$i]}"
+    header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
+    "setup_$suite"
+    if "run_$suite" "$@"; then code=0; else code=$?; fi
+    [ "$code" -eq 0 ] || status=1
+    if [ -f "$RESULTS/$suite.xml" ]; then
+        read -r p f s < <(count_tests "${PYTHON[$suite]}" "$RESULTS/$suite.xml")
+        passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+        RESULT[$suite]="$p passed, $f failed, $s skipped (pytest exit status $code)"
+    else
+        RESULT[$suite]="no report (pytest exit status $code)"
+    fi
+done
+
+header "summary"
+for suite in "${SUITES[@]}"; do
+    echo "$suite: ${RESULT[$suite]}"
+done
+# One closing line over both runs, in the plain "N passed, N failed" form.
+echo "total: $passed passed, $failed failed, $skipped skipped"
+exit "$status"
