@@ -17,7 +17,8 @@ class FoldReport:
     ``constant_bytes_before`` / ``constant_bytes_after`` are the bytes of all tensor constants in
     the module's functions before and after the pass; ``seconds`` maps each step (for Relax: lower,
     legalize, plan, compile, evaluate, rewrite) to its wall time; ``kernels_compiled`` counts the distinct kernels
-    built for the single batched evaluation.
+    built for the single batched evaluation (Relax); ``evaluation_runs`` counts the interpreter runs
+    that evaluated the folded calls (Relay, whose TE compiler does not report its kernels).
     """
 
     plan: FoldPlan
@@ -25,6 +26,7 @@ class FoldReport:
     constant_bytes_after: int = 0
     kernels_compiled: int = 0
     seconds: Mapping[str, float] = field(default_factory=dict)
+    evaluation_runs: int = 0
 
     @property
     def total_seconds(self) -> float:
@@ -38,6 +40,11 @@ class FoldReport:
                 self.plan.explain(verbose=verbose),
                 f"constants: {self.constant_bytes_before} bytes before, "
                 f"{self.constant_bytes_after} bytes after",
-                f"kernels compiled: {self.kernels_compiled}; time: {self.total_seconds * 1000:.0f} ms ({steps})",
+                f"{self._work()}; time: {self.total_seconds * 1000:.0f} ms ({steps})",
             ]
         )
+
+    def _work(self) -> str:
+        if self.evaluation_runs and not self.kernels_compiled:
+            return f"evaluation runs: {self.evaluation_runs}"
+        return f"kernels compiled: {self.kernels_compiled}"

@@ -192,8 +192,8 @@ def fold(
         fold_plan,
         constant_bytes_before=_constant_bytes(typed),
         constant_bytes_after=_constant_bytes(new_mod),
-        kernels_compiled=runs,
         seconds=dict(timer.seconds),
+        evaluation_runs=runs,
     )
     logger.info("%s", report.explain(verbose=False))
     modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
