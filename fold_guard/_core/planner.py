@@ -24,12 +24,21 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Set, Tuple
 
-from .errors import ConflictingAnnotationsError
+from .errors import ConflictingAnnotationsError, FoldNotPossibleError
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
 from .policy import CallView, FoldPolicy
 from .reasons import Action, Reason
 
-__all__ = ["FoldDecision", "FoldPlan", "plan_folds", "ALLOW_RULE", "DEFAULT_RULE", "BARRIER_RULE"]
+__all__ = [
+    "FoldDecision",
+    "FoldPlan",
+    "plan_folds",
+    "evaluation_error",
+    "raise_if_not_possible",
+    "ALLOW_RULE",
+    "DEFAULT_RULE",
+    "BARRIER_RULE",
+]
 
 logger = logging.getLogger("fold_guard")
 
@@ -246,3 +255,24 @@ def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optiona
             if found is None or rank < found[0]:
                 found = (rank, inp.label, value)
     return None if found is None else (found[1], found[2])
+
+
+def evaluation_error(node: FoldNode, detail: str) -> FoldNotPossibleError:
+    """The error ``strict=True`` raises when evaluating ``node`` failed with ``detail``."""
+    return FoldNotPossibleError(
+        f"function {node.function}: evaluating {node.label} = {node.op} failed: {detail}. "
+        "Hint: pass strict=False to keep the call and continue"
+    )
+
+
+def raise_if_not_possible(plan: FoldPlan) -> None:
+    """What ``strict=True`` refuses: a failed evaluation, or a ``fold_allow`` that was kept."""
+    for node, decision in zip(plan.graph.nodes, plan.decisions):
+        if decision.reason is Reason.EVAL_FAILED:
+            raise evaluation_error(node, decision.detail)
+        if node.annotation is Annotation.ALLOW and decision.action is Action.KEEP:
+            raise FoldNotPossibleError(
+                f"function {node.function}: {node.label} = fold_allow(...) cannot fold: "
+                f"{decision.reason.text}{': ' + decision.detail if decision.detail else ''}. "
+                "Hint: fold_allow needs an operand computed from constants only"
+            )

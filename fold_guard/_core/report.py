@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Dict, Mapping
 
 from .planner import FoldPlan
 
-__all__ = ["FoldReport"]
+__all__ = ["FoldReport", "FoldResult", "StepTimer"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,35 @@ class FoldReport:
         if self.evaluation_runs and not self.kernels_compiled:
             return f"evaluation runs: {self.evaluation_runs}"
         return f"kernels compiled: {self.kernels_compiled}"
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """What an adapter's ``fold`` returns: the new module, whether it differs, the plan and the report.
+
+    ``mod`` is the adapter's IR module (a ``tvm.IRModule``); the input module is never changed.
+    """
+
+    mod: Any
+    modified: bool
+    plan: FoldPlan
+    report: FoldReport
+
+
+class StepTimer:
+    """Wall time per named step, accumulated: ``lap(step)`` charges the time since the last lap.
+
+    >>> timer = StepTimer()
+    >>> timer.lap("plan")
+    >>> sorted(timer.seconds)
+    ['plan']
+    """
+
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = {}
+        self._start = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._start
+        self._start = now

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import tvm
 
 from .._core.errors import UnsupportedIRError
+from .._versions import major_minor
 
 __all__ = [
     "SUPPORTED_TVM",
@@ -54,17 +55,9 @@ def register_errors_with_ffi() -> None:
         tvm_ffi.register_error(name, getattr(_core.errors, name))
 
 
-def _major_minor(version: str) -> Optional[Tuple[int, int]]:
-    parts = version.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-
-
 def check_tvm_version(version: str = TVM_VERSION) -> None:
     """Raise UnsupportedIRError unless ``version`` is a release this adapter knows."""
-    if _major_minor(version) not in SUPPORTED_TVM:
+    if major_minor(version) not in SUPPORTED_TVM:
         known = ", ".join(f"{a}.{b}.x" for a, b in SUPPORTED_TVM)
         raise UnsupportedIRError(
             f"fold_guard.relax supports apache-tvm {known}, but tvm {version} is installed. "

@@ -7,9 +7,8 @@ from typing import Dict, List, Mapping, Sequence
 import tvm
 from tvm import relax
 
-from .._core.errors import FoldNotPossibleError
 from .._core.graph import FoldGraph, InputKind
-from .._core.planner import FoldPlan
+from .._core.planner import FoldPlan, evaluation_error
 from . import _compat
 from ._kernels import KernelLibrary, KernelSet
 from ._lower import CallSite, SiteKind
@@ -64,10 +63,7 @@ def evaluate_plan(
             failures[node_id] = f"{type(err).__name__}: {err}".splitlines()[0]
             if strict:
                 node = graph.nodes[node_id]
-                raise FoldNotPossibleError(
-                    f"function {node.function}: evaluating {node.label} = {node.op} failed: "
-                    f"{failures[node_id]}. Hint: pass strict=False to keep the call and continue"
-                ) from err
+                raise evaluation_error(node, failures[node_id]) from err
             continue
         values[node_id] = outputs
     return failures

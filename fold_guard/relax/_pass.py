@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
-from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
 import tvm
@@ -13,12 +11,12 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
-from .._core.errors import FoldNotPossibleError, PlanInvariantError, PreconditionError, UnsupportedIRError
-from .._core.graph import Annotation, FoldGraph, FoldNode, dtype_nbytes
-from .._core.planner import FoldPlan, plan_folds
+from .._core.errors import PlanInvariantError, PreconditionError, UnsupportedIRError
+from .._core.graph import FoldGraph, FoldNode, dtype_nbytes
+from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
-from .._core.reasons import Action, Reason
-from .._core.report import FoldReport
+from .._core.reasons import Reason
+from .._core.report import FoldReport, FoldResult, StepTimer
 from . import _compat
 from ._evaluate import evaluate_plan
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
@@ -28,27 +26,6 @@ from ._rewrite import rewrite_function
 __all__ = ["FoldResult", "fold", "plan", "FoldConstant"]
 
 logger = logging.getLogger("fold_guard")
-
-
-@dataclass(frozen=True)
-class FoldResult:
-    """What :func:`fold` returns: the new module, whether it differs, the plan and the report."""
-
-    mod: tvm.IRModule
-    modified: bool
-    plan: FoldPlan
-    report: FoldReport
-
-
-class _Timer:
-    def __init__(self) -> None:
-        self.seconds: Dict[str, float] = {}
-        self._start = time.perf_counter()
-
-    def lap(self, step: str) -> None:
-        now = time.perf_counter()
-        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._start
-        self._start = now
 
 
 def _check_module(mod: object) -> None:
@@ -65,7 +42,7 @@ def _check_module(mod: object) -> None:
             )
 
 
-def _analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: _Timer) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
+def _analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
     _check_module(mod)  # the TVM release was checked when fold_guard.relax was imported
     policy = resolve_policy(policy_spec)
     # Step 1. Describe every call binding of every Relax function.
@@ -109,7 +86,7 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
       main: lv = relax.exp: folded [default]
       main: gv = relax.add: not constant: input x is not constant
     """
-    _, _, graph, resolved = _analyse(mod, policy, _Timer())
+    _, _, graph, resolved = _analyse(mod, policy, StepTimer())
     return plan_folds(graph, resolved)
 
 
@@ -138,7 +115,7 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     >>> [d.reason.text for d in result.plan.decisions]
     ['folded', 'kept by barrier', 'not constant']
     """
-    timer = _Timer()
+    timer = StepTimer()
     lowered, kernels, graph, resolved = _analyse(mod, policy, timer)
     if strict and not relax.analysis.check_well_formed(mod):
         # checked up front so the post-condition below can only ever blame fold_guard
@@ -165,7 +142,7 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
         new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values, strict=strict)
     timer.lap("evaluate")
     if strict:
-        _raise_if_not_possible(fold_plan)
+        raise_if_not_possible(fold_plan)
     # Step 6. Rewrite each function the way the stock pass does.
     new_mod = _rewrite_module(mod, lowered, fold_plan, values)
     timer.lap("rewrite")
@@ -181,21 +158,6 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     logger.info("%s", report.explain(verbose=False))
     modified = not tvm_ffi.structural_equal(new_mod, mod)
     return FoldResult(new_mod, modified, fold_plan, report)
-
-
-def _raise_if_not_possible(fold_plan: FoldPlan) -> None:
-    for node, decision in zip(fold_plan.graph.nodes, fold_plan.decisions):
-        if decision.reason is Reason.EVAL_FAILED:
-            raise FoldNotPossibleError(
-                f"function {node.function}: evaluating {node.label} = {node.op} failed: {decision.detail}. "
-                "Hint: pass strict=False to keep the call and continue"
-            )
-        if node.annotation is Annotation.ALLOW and decision.action is Action.KEEP:
-            raise FoldNotPossibleError(
-                f"function {node.function}: {node.label} = fold_allow(...) cannot fold: "
-                f"{decision.reason.text}{': ' + decision.detail if decision.detail else ''}. "
-                "Hint: fold_allow needs an operand computed from constants only"
-            )
 
 
 def _rewrite_module(mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values) -> tvm.IRModule:

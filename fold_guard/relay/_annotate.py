@@ -8,8 +8,9 @@ from tvm import relay
 from .._core.annotate import allow_roots
 from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, FOLD_QNN_POLICY
+from .._core.report import StepTimer
 from ._ops import fold_allow
-from ._pass import _analyse, _Timer
+from ._pass import _analyse
 from ._rewrite import substitute_calls
 
 __all__ = ["allow_constant_qnn"]
@@ -38,7 +39,7 @@ def allow_constant_qnn(mod: tvm.IRModule) -> tvm.IRModule:
     >>> print(fgr.allow_constant_qnn(mod)["main"].body.args[1].op.name)
     fold_allow
     """
-    typed, lowered, graph, _ = _analyse(mod, DEFAULT_POLICY, None, _Timer())
+    typed, lowered, graph, _ = _analyse(mod, DEFAULT_POLICY, None, StepTimer())
     roots = allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY))
     if not roots:
         return typed

@@ -13,6 +13,7 @@ from typing import Optional, Tuple
 import tvm
 
 from .._core.errors import UnsupportedIRError
+from .._versions import major_minor
 
 __all__ = ["SUPPORTED_RELAY_TVM", "check_tvm_version"]
 
@@ -23,14 +24,6 @@ _INSTALL_HINT = (
     "install a TVM build with Relay, e.g. in a Python 3.10 environment "
     "`pip install hhb-tvm==3.2.3 tflite tqdm` (TVM 0.16), or build TVM 0.9-0.19 from source"
 )
-
-
-def _major_minor(version: str) -> Optional[Tuple[int, int]]:
-    parts = version.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
 
 
 def check_tvm_version(version: Optional[str] = None, has_relay: Optional[bool] = None) -> None:
@@ -52,7 +45,7 @@ def check_tvm_version(version: Optional[str] = None, has_relay: Optional[bool] =
             f"fold_guard.relay needs a TVM build with Relay ({supported}); tvm {version} has no tvm.relay. "
             f"Hint: {_INSTALL_HINT}"
         )
-    release = _major_minor(version)
+    release = major_minor(version)
     if release is None or not low <= release <= high:
         raise UnsupportedIRError(
             f"fold_guard.relay supports TVM {supported}, but tvm {version} is installed. Hint: {_INSTALL_HINT}"

@@ -22,9 +22,9 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .._core.errors import FoldNotPossibleError, PlanInvariantError
+from .._core.errors import PlanInvariantError
 from .._core.graph import FoldGraph, InputKind
-from .._core.planner import FoldPlan
+from .._core.planner import FoldPlan, evaluation_error
 from ._lower import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
 
 __all__ = ["Values", "evaluate_plan", "evaluation_target", "materialize"]
@@ -203,10 +203,7 @@ def _run_chunk(
                 results.append(None)
                 if strict:
                     node = graph.nodes[node_id]
-                    raise FoldNotPossibleError(
-                        f"function {node.function}: evaluating {node.label} = {node.op} failed: "
-                        f"{failures[node_id]}. Hint: pass strict=False to keep the call and continue"
-                    ) from err
+                    raise evaluation_error(node, failures[node_id]) from err
     for node_id, value in zip(node_ids, results):
         if value is not None:
             values[node_id] = value

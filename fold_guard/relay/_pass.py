@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import tvm
 from tvm import relay
 
-from .._core.errors import FoldNotPossibleError, PreconditionError, UnsupportedIRError
-from .._core.graph import Annotation, FoldGraph, dtype_nbytes
-from .._core.planner import FoldPlan, plan_folds
+from .._core.errors import PreconditionError, UnsupportedIRError
+from .._core.graph import FoldGraph, dtype_nbytes
+from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
-from .._core.reasons import Action, Reason
-from .._core.report import FoldReport
+from .._core.report import FoldReport, FoldResult, StepTimer
 from ._evaluate import Values, evaluate_plan
 from ._lower import LoweredModule, foldable_functions, lower_relay, postorder
 from ._rewrite import remap_global_vars, rewrite_function
@@ -23,27 +20,6 @@ from ._rewrite import remap_global_vars, rewrite_function
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
 
 logger = logging.getLogger("fold_guard")
-
-
-@dataclass(frozen=True)
-class FoldResult:
-    """What :func:`fold` returns: the new module, whether it differs, the plan and the report."""
-
-    mod: tvm.IRModule
-    modified: bool
-    plan: FoldPlan
-    report: FoldReport
-
-
-class _Timer:
-    def __init__(self) -> None:
-        self.seconds: Dict[str, float] = {}
-        self._start = time.perf_counter()
-
-    def lap(self, step: str) -> None:
-        now = time.perf_counter()
-        self.seconds[step] = self.seconds.get(step, 0.0) + now - self._start
-        self._start = now
 
 
 def _check_module(mod: object) -> tvm.IRModule:
@@ -104,7 +80,7 @@ def _infer_types(mod: tvm.IRModule, what: str) -> tvm.IRModule:
 
 
 def _analyse(
-    mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: _Timer
+    mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: StepTimer
 ) -> Tuple[tvm.IRModule, LoweredModule, FoldGraph, FoldPolicy]:
     policy = resolve_policy(policy_spec)
     typed = _infer_types(_detached_copy(_check_module(mod)), "the input module")
@@ -132,7 +108,7 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Option
       main: %1 = fold_barrier: kept by barrier [fold_barrier]: operand is constant; the barrier stays; nothing that consumes it folds
       main: %2 = add: not constant: input x is not constant
     """
-    _, _, graph, resolved = _analyse(mod, policy, functions, _Timer())
+    _, _, graph, resolved = _analyse(mod, policy, functions, StepTimer())
     return plan_folds(graph, resolved)
 
 
@@ -167,7 +143,7 @@ def fold(
     [[2 2]
      [2 2]]
     """
-    timer = _Timer()
+    timer = StepTimer()
     typed, lowered, graph, resolved = _analyse(mod, policy, functions, timer)
     # Step 2. Plan with the TVM-free core.
     fold_plan = plan_folds(graph, resolved)
@@ -183,7 +159,7 @@ def fold(
         runs += more_runs
     timer.lap("evaluate")
     if strict:
-        _raise_if_not_possible(fold_plan)
+        raise_if_not_possible(fold_plan)
     # Step 4. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
     new_mod = _rewrite_module(typed, lowered, fold_plan, values)
     new_mod = _infer_types(new_mod, "fold_guard's output (please report this)")
@@ -225,21 +201,6 @@ def fold_function(func: relay.Function, *, policy: PolicySpec = "default", stric
         )
     mod = tvm.IRModule({relay.GlobalVar("fold_guard_function"): func})
     return fold(mod, policy=policy, strict=strict, functions=["fold_guard_function"]).mod["fold_guard_function"]
-
-
-def _raise_if_not_possible(fold_plan: FoldPlan) -> None:
-    for node, decision in zip(fold_plan.graph.nodes, fold_plan.decisions):
-        if decision.reason is Reason.EVAL_FAILED:
-            raise FoldNotPossibleError(
-                f"function {node.function}: evaluating {node.label} = {node.op} failed: {decision.detail}. "
-                "Hint: pass strict=False to keep the call and continue"
-            )
-        if node.annotation is Annotation.ALLOW and decision.action is Action.KEEP:
-            raise FoldNotPossibleError(
-                f"function {node.function}: {node.label} = fold_allow(...) cannot fold: "
-                f"{decision.reason.text}{': ' + decision.detail if decision.detail else ''}. "
-                "Hint: fold_allow needs an operand computed from constants only"
-            )
 
 
 def _rewrite_module(mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values: Values) -> tvm.IRModule:
