@@ -68,8 +68,9 @@ def materialize(source: Source, values: Mapping[int, relay.Expr]) -> relay.Expr:
 def _to_expr(value: object) -> relay.Expr:
     if isinstance(value, tvm.nd.NDArray):
         return relay.Constant(value)
-    if isinstance(value, (tvm.runtime.container.ADT, list, tuple)):
-        return relay.Tuple([_to_expr(field) for field in value])
+    # A tuple result is an ADT up to TVM 0.16 and an Array in later releases: accept any sequence.
+    if hasattr(value, "__len__") and hasattr(value, "__getitem__"):
+        return relay.Tuple([_to_expr(value[i]) for i in range(len(value))])  # type: ignore[index, arg-type]
     raise PlanInvariantError(f"the interpreter returned a {type(value).__name__}, not a tensor or tuple")
 
 
