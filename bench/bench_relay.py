@@ -139,9 +139,34 @@ def make_cnn(seed: int = SEED) -> Any:
     return relay.transform.InferType()(mod)
 
 
+#: Float models from ``tvm.relay.testing`` (random weights, no download), on a 64x64 image.
+ZOO_MODELS = ("resnet18", "mobilenet")
+
+
+def make_zoo(name: str) -> Any:
+    """A ``relay.testing`` workload with its parameters bound as constants, after SimplifyInference.
+
+    This is how a frontend import looks to FoldConstant: every batch-norm has become constant
+    arithmetic on the weights (no QNN), so ``fold-qnn`` and ``default`` fold the same calls.
+    """
+    import tvm
+    from tvm import relay
+    from tvm.relay import testing
+
+    if name == "resnet18":
+        mod, params = testing.resnet.get_workload(num_layers=18, batch_size=1, image_shape=(3, 64, 64))
+    else:
+        mod, params = testing.mobilenet.get_workload(batch_size=1, image_shape=(3, 64, 64))
+    func = relay.build_module.bind_params_by_name(mod["main"], params)
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(func))
+    return relay.transform.SimplifyInference()(mod)
+
+
 def build_model(model: str, regime: str, blocks: int) -> Any:
     if model == "qnn_cnn":
         return make_cnn()
+    if model in ZOO_MODELS:
+        return make_zoo(model)
     return make_synthetic(blocks, regime)
 
 
@@ -310,7 +335,7 @@ def format_row(
     model: str, regime: str, n: int, s: Dict[str, Any], o: Optional[Dict[str, Any]], equal: Optional[bool]
 ) -> str:
     """One table row; fold_guard's cells are "-" when it was not run."""
-    per = n if n else len(CNN_CHANNELS)
+    per = n if n else len(CNN_CHANNELS) if model == "qnn_cnn" else 1
     cells = [model, regime, str(n or "-"), f"{s['seconds']:.3f}"]
     if o is None:
         cells += ["-", "-", f"{1000 * s['seconds'] / per:.0f}", "-", f"{_mib(s['peak_kib']):.0f}", "-", "-",
@@ -340,6 +365,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="blocks 25 and 50 only")
     p.add_argument("--regimes", nargs="+", default=["same", "distinct"], choices=["same", "distinct"])
     p.add_argument("--no-cnn", action="store_true", help="skip the 4-layer qnn.conv2d CNN")
+    p.add_argument("--no-zoo", action="store_true",
+                   help="skip the float relay.testing models (resnet18, mobilenet; weights bound as constants)")
     p.add_argument("--policy", default="fold-qnn", choices=sorted(STOCK_FOR_POLICY),
                    help="fold_guard policy; compared with FoldConstant(fold_qnn=True) for fold-qnn "
                         "(the default), with FoldConstant() for default")
@@ -369,6 +396,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     cases = [("synthetic", regime, n) for regime in args.regimes for n in blocks]
     if not args.no_cnn:
         cases.append(("qnn_cnn", "cnn", 0))
+    if not args.no_zoo:
+        cases += [(name, "float", 0) for name in ZOO_MODELS]
 
     rows = []
     any_diff = False
