@@ -22,8 +22,8 @@ limit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
 from tvm import relay
@@ -123,6 +123,9 @@ class LoweredModule:
     nodes: Tuple[FoldNode, ...]
     sites: Tuple[CallSite, ...]
     functions: Tuple[str, ...]
+    #: ``If`` expressions whose condition is a node's output: once that node folds, stock picks
+    #: the branch, and what reads the ``If`` may fold too (see ``lower_relay``).
+    conditions: Mapping[relay.If, NodeSource] = field(default_factory=dict)
 
 
 # --- Traversal -----------------------------------------------------------------------------------
@@ -243,7 +246,9 @@ def foldable_functions(mod: tvm.IRModule, names: Optional[Iterable[str]]) -> Lis
 
 
 class _Lowerer:
-    def __init__(self) -> None:
+    def __init__(self, known_conditions: Mapping[relay.If, bool]) -> None:
+        self.known_conditions = known_conditions
+        self.conditions: Dict[relay.If, NodeSource] = {}
         self.nodes: List[FoldNode] = []
         self.sites: List[CallSite] = []
         self.sources: Dict[relay.Expr, Source] = {}
@@ -300,9 +305,11 @@ class _Lowerer:
             return self.sources[expr.body]
         if isinstance(expr, relay.If):
             cond = self.sources[expr.cond]
-            if isinstance(cond, ConstSource):
-                chosen = expr.true_branch if is_true(cond.constant) else expr.false_branch
-                return self.sources[chosen]
+            if isinstance(cond, ConstSource) or expr in self.known_conditions:
+                truth = is_true(cond.constant) if isinstance(cond, ConstSource) else self.known_conditions[expr]
+                return self.sources[expr.true_branch if truth else expr.false_branch]
+            if isinstance(cond, NodeSource):
+                self.conditions[expr] = cond
             return RuntimeSource("if")
         if isinstance(expr, relay.Call):
             if isinstance(expr.op, tvm.ir.Op):
@@ -446,9 +453,20 @@ def _attrs_dict(attrs: Optional[tvm.ir.Attrs]) -> Dict[str, object]:
     return result
 
 
-def lower_relay(mod: tvm.IRModule, functions: Sequence[Tuple[str, relay.Function]]) -> LoweredModule:
-    """Describe every op call of ``functions`` (already type-checked) as FoldNodes."""
-    lowerer = _Lowerer()
+def lower_relay(
+    mod: tvm.IRModule,
+    functions: Sequence[Tuple[str, relay.Function]],
+    known_conditions: Optional[Mapping[relay.If, bool]] = None,
+) -> LoweredModule:
+    """Describe every op call of ``functions`` (already type-checked) as FoldNodes.
+
+    An ``If`` on a condition computed from constants is a run-time value until the condition's
+    value is known; ``known_conditions`` gives those values (found by evaluating a first plan),
+    and each such ``If`` then stands for its chosen branch, as in stock folding.
+    """
+    lowerer = _Lowerer(known_conditions or {})
     for name, func in functions:
         lowerer.lower_function(name, func)
-    return LoweredModule(tuple(lowerer.nodes), tuple(lowerer.sites), tuple(name for name, _ in functions))
+    return LoweredModule(
+        tuple(lowerer.nodes), tuple(lowerer.sites), tuple(name for name, _ in functions), dict(lowerer.conditions)
+    )

@@ -13,8 +13,8 @@ from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.report import FoldReport, FoldResult, StepTimer
-from ._evaluate import Values, evaluate_plan
-from ._lower import LoweredModule, foldable_functions, lower_relay, postorder
+from ._evaluate import Values, evaluate_plan, materialize
+from ._lower import LoweredModule, foldable_functions, is_true, lower_relay, postorder
 from ._rewrite import remap_global_vars, rewrite_function
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
@@ -90,6 +90,33 @@ def _analyse(
     return typed, lowered, FoldGraph(lowered.nodes), policy
 
 
+def _plan_and_evaluate(
+    lowered: LoweredModule,
+    policy: FoldPolicy,
+    values_by_call: Dict[relay.Call, relay.Expr],
+    failures_by_call: Dict[relay.Call, str],
+    strict: bool,
+    timer: StepTimer,
+) -> Tuple[FoldPlan, Values, int]:
+    """Plan ``lowered``, evaluate what folds (reusing values of calls already evaluated), re-plan on failures."""
+    graph = FoldGraph(lowered.nodes)
+    node_of = {site.call: site.node_id for site in lowered.sites}
+    failures = {node_of[call]: text for call, text in failures_by_call.items() if call in node_of}
+    fold_plan = plan_folds(graph, policy, eval_failures=failures)
+    timer.lap("plan")
+    values: Values = {node_of[call]: value for call, value in values_by_call.items() if call in node_of}
+    new_failures, runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
+    while new_failures:
+        failures.update(new_failures)
+        fold_plan = plan_folds(graph, policy, eval_failures=failures)
+        new_failures, more_runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
+        runs += more_runs
+    values_by_call.update((lowered.sites[node].call, value) for node, value in values.items())
+    failures_by_call.update((lowered.sites[node].call, text) for node, text in failures.items())
+    timer.lap("evaluate")
+    return fold_plan, values, runs
+
+
 def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Optional[Iterable[str]] = None) -> FoldPlan:
     """Decide what :func:`FoldConstant` would fold in ``mod``, without evaluating or changing anything.
 
@@ -144,20 +171,28 @@ def fold(
      [2 2]]
     """
     timer = StepTimer()
-    typed, lowered, graph, resolved = _analyse(mod, policy, functions, timer)
-    # Step 2. Plan with the TVM-free core.
-    fold_plan = plan_folds(graph, resolved)
-    timer.lap("plan")
-    # Step 3. Evaluate level by level; a failure re-plans (its consumers no longer fold).
-    values: Values = {}
-    failures: Dict[int, str] = {}
-    new_failures, runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
-    while new_failures:
-        failures.update(new_failures)
-        fold_plan = plan_folds(graph, resolved, eval_failures=failures)
-        new_failures, more_runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
+    typed, lowered, _, resolved = _analyse(mod, policy, functions, timer)
+    selected = foldable_functions(typed, functions)
+    values_by_call: Dict[relay.Call, relay.Expr] = {}
+    failures_by_call: Dict[relay.Call, str] = {}
+    known_conditions: Dict[relay.If, bool] = {}
+    runs = 0
+    while True:
+        # Step 2. Plan with the TVM-free core; Step 3. evaluate level by level (a failure re-plans).
+        fold_plan, values, more_runs = _plan_and_evaluate(lowered, resolved, values_by_call, failures_by_call, strict, timer)
         runs += more_runs
-    timer.lap("evaluate")
+        # An If whose condition just became a constant is its branch from now on, as in stock
+        # folding, so what reads it may fold too: lower again with the condition known.
+        resolved_now = {
+            expr: is_true(materialize(cond, values))
+            for expr, cond in lowered.conditions.items()
+            if cond.node in values and expr not in known_conditions
+        }
+        if not resolved_now:
+            break
+        known_conditions.update(resolved_now)
+        lowered = lower_relay(typed, selected, known_conditions)
+        timer.lap("lower")
     if strict:
         raise_if_not_possible(fold_plan)
     # Step 4. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
