@@ -316,6 +316,11 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     level instead of one compilation per call. QNN ops are lowered (QNN Legalize and
     CanonicalizeOps) only inside that evaluation, so QNN ops that are not folded stay intact.
 
+    The input module is not changed, not even the types Relay caches on it: the pass works on a
+    copy whose functions are bound to new ``GlobalVar`` objects of the same names (type inference
+    would otherwise refresh the input's cached types through the shared ones). Look functions of
+    the result up by name (``mod["main"]``), not with the input's ``GlobalVar`` objects.
+
     Examples
     --------
     A constant QNN weight folded into int8 while the activation's QNN ops stay::
