@@ -28,16 +28,13 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-import pytest
 import tvm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tvm import relay
 from tvm.contrib import graph_executor
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-import fold_guard.relay as fgr  # noqa: E402
+import fold_guard.relay as fgr
 
 TARGET = tvm.target.Target("llvm -mtriple=x86_64-linux-gnu")  # hhb's default "llvm" triple is riscv64
 SHAPE = (2, 3)
