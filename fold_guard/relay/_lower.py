@@ -253,6 +253,9 @@ class _Lowerer:
         self.sites: List[CallSite] = []
         self.sources: Dict[relay.Expr, Source] = {}
         self.let_value: Dict[relay.Var, relay.Expr] = {}
+        # In let form a call has a name, which messages use; in graph form it is "%<node id>".
+        self.let_name: Dict[relay.Expr, str] = {}
+        self.used_labels: set = set()
         self._op_attr_cache: Dict[Tuple[str, str], object] = {}
 
     def op_attr(self, op: tvm.ir.Op, attr: str) -> object:
@@ -276,6 +279,7 @@ class _Lowerer:
                 self.sources[param] = RuntimeSource(param.name_hint)
         if isinstance(expr, relay.Let):
             self.let_value[expr.var] = expr.value
+            self.let_name.setdefault(expr.value, expr.var.name_hint)
         return children(expr)
 
     def _source_of(self, function: str, expr: relay.Expr) -> Source:
@@ -357,7 +361,7 @@ class _Lowerer:
         node = FoldNode(
             id=node_id,
             op=op.name,
-            label=f"%{node_id}",
+            label=self._label(call, node_id),
             function=function,
             inputs=tuple(inputs),
             outputs=outputs,
@@ -371,6 +375,14 @@ class _Lowerer:
         self.nodes.append(node)
         self.sites.append(CallSite(node_id, call, function, kind, args, static_value))
         return NodeSource(node_id)
+
+    def _label(self, call: relay.Call, node_id: int) -> str:
+        # ToANormalForm names every binding "x": a repeated name would make messages ambiguous.
+        name = self.let_name.get(call)
+        if name is None or name in self.used_labels:
+            return f"%{node_id}"
+        self.used_labels.add(name)
+        return f"%{name}"
 
     def _stock_rules(self, op: tvm.ir.Op, call: relay.Call) -> Tuple[Optional[Reason], str, bool, str]:
         """(unfoldable reason, detail, default_fold, default_rule) as stock decides for ``op``."""
