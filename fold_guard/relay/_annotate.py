@@ -6,11 +6,12 @@ import tvm
 from tvm import relay
 
 from .._core.annotate import allow_roots
+from .._core.graph import FoldGraph
 from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, FOLD_QNN_POLICY
 from .._core.report import StepTimer
 from ._ops import fold_allow
-from ._pass import _analyse
+from ._pass import analyse, module_like
 from ._rewrite import substitute_calls
 
 __all__ = ["allow_constant_qnn"]
@@ -39,14 +40,14 @@ def allow_constant_qnn(mod: tvm.IRModule) -> tvm.IRModule:
     >>> print(fgr.allow_constant_qnn(mod)["main"].body.args[1].op.name)
     fold_allow
     """
-    typed, lowered, graph, _ = _analyse(mod, DEFAULT_POLICY, None, StepTimer())
+    analysis = analyse(mod, DEFAULT_POLICY, None, StepTimer())
+    graph = FoldGraph(analysis.lowered.nodes)
     roots = allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY))
     if not roots:
-        return typed
-    wrap = {lowered.sites[node_id].call: fold_allow for node_id in roots}
-    functions = {}
-    for gvar, func in typed.functions.items():
-        if gvar.name_hint in lowered.functions:
-            func = substitute_calls(func, wrap)
-        functions[gvar] = func
-    return relay.transform.InferType()(tvm.IRModule(functions, typed.type_definitions))
+        return analysis.typed
+    wrap = {analysis.lowered.sites[node_id].call: fold_allow for node_id in roots}
+    annotated = module_like(analysis.typed, {
+        gvar: substitute_calls(func, wrap) if gvar.name_hint in analysis.lowered.functions else func
+        for gvar, func in analysis.typed.functions.items()
+    })
+    return relay.transform.InferType()(annotated)

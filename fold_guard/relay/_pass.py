@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relay
@@ -50,11 +51,16 @@ def _detached_copy(mod: tvm.IRModule) -> tvm.IRModule:
     functions = {}
     for gvar, func in mod.functions.items():
         functions[fresh[gvar]] = remap_global_vars(func, fresh) if isinstance(func, relay.Function) else func
-    copy = tvm.IRModule(functions, mod.type_definitions)
+    return module_like(mod, functions)
+
+
+def module_like(mod: tvm.IRModule, functions: Mapping[relay.GlobalVar, tvm.ir.BaseFunc]) -> tvm.IRModule:
+    """A module of ``functions`` with ``mod``'s type definitions and attributes."""
+    new_mod = tvm.IRModule(dict(functions), mod.type_definitions)
     if mod.attrs is not None:
         for key in mod.attrs.keys():
-            copy = copy.with_attr(key, mod.attrs[key])
-    return copy
+            new_mod = new_mod.with_attr(key, mod.attrs[key])
+    return new_mod
 
 
 def _infer_types(mod: tvm.IRModule, what: str) -> tvm.IRModule:
@@ -79,15 +85,25 @@ def _infer_types(mod: tvm.IRModule, what: str) -> tvm.IRModule:
         tvm.ir.diagnostics.override_renderer(None)
 
 
-def _analyse(
-    mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: StepTimer
-) -> Tuple[tvm.IRModule, LoweredModule, FoldGraph, FoldPolicy]:
+@dataclass(frozen=True)
+class Analysis:
+    """The typed copy of a module, the functions chosen to fold, their lowering and the policy."""
+
+    typed: tvm.IRModule
+    selected: Sequence[Tuple[str, relay.Function]]
+    lowered: LoweredModule
+    policy: FoldPolicy
+
+
+def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: StepTimer) -> Analysis:
+    """Check and type a copy of ``mod``, then lower the functions to fold."""
     policy = resolve_policy(policy_spec)
     typed = _infer_types(_detached_copy(_check_module(mod)), "the input module")
     # Step 1. Describe every op call of the functions to fold, as stock folding sees it.
-    lowered = lower_relay(typed, foldable_functions(typed, functions))
+    selected = foldable_functions(typed, functions)
+    lowered = lower_relay(typed, selected)
     timer.lap("lower")
-    return typed, lowered, FoldGraph(lowered.nodes), policy
+    return Analysis(typed, selected, lowered, policy)
 
 
 def _plan_and_evaluate(
@@ -135,8 +151,8 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Option
       main: %1 = fold_barrier: kept by barrier [fold_barrier]: operand is constant; the barrier stays; nothing that consumes it folds
       main: %2 = add: not constant: input x is not constant
     """
-    _, _, graph, resolved = _analyse(mod, policy, functions, StepTimer())
-    return plan_folds(graph, resolved)
+    analysis = analyse(mod, policy, functions, StepTimer())
+    return plan_folds(FoldGraph(analysis.lowered.nodes), analysis.policy)
 
 
 def fold(
@@ -171,15 +187,17 @@ def fold(
      [2 2]]
     """
     timer = StepTimer()
-    typed, lowered, _, resolved = _analyse(mod, policy, functions, timer)
-    selected = foldable_functions(typed, functions)
+    analysis = analyse(mod, policy, functions, timer)
+    typed, lowered = analysis.typed, analysis.lowered
     values_by_call: Dict[relay.Call, relay.Expr] = {}
     failures_by_call: Dict[relay.Call, str] = {}
     known_conditions: Dict[relay.If, bool] = {}
     runs = 0
     while True:
         # Step 2. Plan with the TVM-free core; Step 3. evaluate level by level (a failure re-plans).
-        fold_plan, values, more_runs = _plan_and_evaluate(lowered, resolved, values_by_call, failures_by_call, strict, timer)
+        fold_plan, values, more_runs = _plan_and_evaluate(
+            lowered, analysis.policy, values_by_call, failures_by_call, strict, timer
+        )
         runs += more_runs
         # An If whose condition just became a constant is its branch from now on, as in stock
         # folding, so what reads it may fold too: lower again with the condition known.
@@ -191,7 +209,7 @@ def fold(
         if not resolved_now:
             break
         known_conditions.update(resolved_now)
-        lowered = lower_relay(typed, selected, known_conditions)
+        lowered = lower_relay(typed, analysis.selected, known_conditions)
         timer.lap("lower")
     if strict:
         raise_if_not_possible(fold_plan)
@@ -240,16 +258,10 @@ def fold_function(func: relay.Function, *, policy: PolicySpec = "default", stric
 
 def _rewrite_module(mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values: Values) -> tvm.IRModule:
     node_of_call = {site.call: site.node_id for site in lowered.sites}
-    functions = {}
-    for gvar, func in mod.functions.items():
-        if gvar.name_hint in lowered.functions:
-            func = rewrite_function(func, node_of_call, fold_plan, values)
-        functions[gvar] = func
-    new_mod = tvm.IRModule(functions, mod.type_definitions)
-    if mod.attrs is not None:
-        for key in mod.attrs.keys():
-            new_mod = new_mod.with_attr(key, mod.attrs[key])
-    return new_mod
+    return module_like(mod, {
+        gvar: rewrite_function(func, node_of_call, fold_plan, values) if gvar.name_hint in lowered.functions else func
+        for gvar, func in mod.functions.items()
+    })
 
 
 def _constant_bytes(mod: tvm.IRModule) -> int:

@@ -598,3 +598,14 @@ def test_input_is_byte_for_byte_unchanged(case, entry):
     except fold_guard.ConflictingAnnotationsError:
         assert case == "conflict"
     assert tvm.ir.save_json(mod) == saved, f"{entry} rewrote the caller's module ({case})"
+
+
+def test_allow_constant_qnn_keeps_module_attributes() -> None:
+    """allow_constant_qnn only adds annotations: the module's attributes come through too."""
+    w = relay.qnn.op.quantize(relay.const(np.ones((2, 2), "float32")), relay.const(0.5), relay.const(0))
+    x = relay.var("x", shape=(2, 2), dtype="int8")
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, w))).with_attr("fold_guard_test", tvm.runtime.String("kept"))
+    annotated = fgr.allow_constant_qnn(mod)
+    assert annotated["main"].body.args[1].op.name == "fold_allow"
+    assert str(annotated.attrs["fold_guard_test"]) == "kept"
+    assert str(fgr.FoldConstant()(annotated).attrs["fold_guard_test"]) == "kept"
