@@ -436,7 +436,8 @@ def _constant_info(constant: relay.Constant) -> TensorInfo:
 
 def is_true(constant: relay.Constant) -> bool:
     """The truth of an ``If`` condition as stock reads it: the first byte of the data."""
-    return bool(constant.data.numpy().reshape(-1).view("uint8")[0]) if constant.data.numpy().size else False
+    data = constant.data.numpy()
+    return bool(data.reshape(-1).view("uint8")[0]) if data.size else False
 
 
 def _label_of(source: Source) -> str:

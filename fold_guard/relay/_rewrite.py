@@ -16,13 +16,9 @@ from tvm import relay
 
 from .._core.planner import FoldPlan
 from ._lower import children as expr_children
-from ._lower import is_primitive, is_true, postorder
+from ._lower import is_true, postorder
 
 __all__ = ["rewrite_function"]
-
-
-def _is_simple_constant(expr: relay.Expr) -> bool:
-    return isinstance(expr, relay.Constant)
 
 
 def rewrite_function(
@@ -42,10 +38,7 @@ def rewrite_function(
 
     for expr in postorder(func.body, children):
         new[expr] = _rebuild(expr, new, let_value, node_of_call, plan, values)
-    body = new[func.body]
-    if body.same_as(func.body):
-        return func
-    return relay.Function(list(func.params), body, func.ret_type, func.type_params, func.attrs, func.span)
+    return _with_body(func, new[func.body])
 
 
 def _rebuild(
@@ -56,54 +49,28 @@ def _rebuild(
     plan: FoldPlan,
     values: Mapping[int, relay.Expr],
 ) -> relay.Expr:
+    """Stock's rewrites of ``expr`` (operands already rebuilt in ``new``), else a plain rebuild."""
     if isinstance(expr, relay.Var):
         bound = let_value.get(expr)
-        if bound is not None and _is_simple_constant(new[bound]):
-            return new[bound]
+        if bound is not None and isinstance(new[bound], relay.Constant):
+            return new[bound]  # stock inlines a let-bound constant
         return expr
     if isinstance(expr, relay.Call):
         node = node_of_call.get(expr)
         if node is not None and plan.folds(node):
             return values[node]
-        op = expr.op if isinstance(expr.op, tvm.ir.Op) else new[expr.op]
-        args = [new[arg] for arg in expr.args]
-        if op.same_as(expr.op) and all(a.same_as(b) for a, b in zip(args, expr.args)):
-            return expr
-        return relay.Call(op, args, expr.attrs, expr.type_args, expr.span)
-    if isinstance(expr, relay.Tuple):
-        fields = [new[field] for field in expr.fields]
-        if all(a.same_as(b) for a, b in zip(fields, expr.fields)):
-            return expr
-        return relay.Tuple(fields, expr.span)
-    if isinstance(expr, relay.TupleGetItem):
+    elif isinstance(expr, relay.TupleGetItem):
         tup = new[expr.tuple_value]
         if isinstance(tup, relay.Tuple):
             return tup.fields[expr.index]
-        return expr if tup.same_as(expr.tuple_value) else relay.TupleGetItem(tup, expr.index)
-    if isinstance(expr, relay.Let):
-        value = new[expr.value]
-        body = new[expr.body]
-        if _is_simple_constant(value):
-            return body
-        if value.same_as(expr.value) and body.same_as(expr.body):
-            return expr
-        return relay.Let(expr.var, value, body)
-    if isinstance(expr, relay.If):
+    elif isinstance(expr, relay.Let):
+        if isinstance(new[expr.value], relay.Constant):
+            return new[expr.body]  # the binding was inlined at every use
+    elif isinstance(expr, relay.If):
         cond = new[expr.cond]
         if isinstance(cond, relay.Constant):
             return new[expr.true_branch] if is_true(cond) else new[expr.false_branch]
-        parts = (cond, new[expr.true_branch], new[expr.false_branch])
-        if all(a.same_as(b) for a, b in zip(parts, (expr.cond, expr.true_branch, expr.false_branch))):
-            return expr
-        return relay.If(*parts)
-    if isinstance(expr, relay.Function):
-        if is_primitive(expr):  # stock folds nothing inside
-            return expr
-        body = new[expr.body]
-        if body.same_as(expr.body):
-            return expr
-        return relay.Function(list(expr.params), body, expr.ret_type, expr.type_params, expr.attrs, expr.span)
-    return expr
+    return _rebuild_plain(expr, new)
 
 
 def substitute_calls(func: relay.Function, wrap: Mapping[relay.Call, Callable[[relay.Expr], relay.Expr]]) -> relay.Function:
@@ -115,10 +82,7 @@ def substitute_calls(func: relay.Function, wrap: Mapping[relay.Call, Callable[[r
     for expr in postorder(func.body):
         rebuilt = _rebuild_plain(expr, new)
         new[expr] = wrap[expr](rebuilt) if isinstance(expr, relay.Call) and expr in wrap else rebuilt
-    body = new[func.body]
-    if body.same_as(func.body):
-        return func
-    return relay.Function(list(func.params), body, func.ret_type, func.type_params, func.attrs, func.span)
+    return _with_body(func, new[func.body])
 
 
 def _rebuild_plain(expr: relay.Expr, new: Mapping[relay.Expr, relay.Expr]) -> relay.Expr:
@@ -138,8 +102,16 @@ def _rebuild_plain(expr: relay.Expr, new: Mapping[relay.Expr, relay.Expr]) -> re
     if isinstance(expr, relay.If):
         return relay.If(*rebuilt)
     if isinstance(expr, relay.Function):
-        return relay.Function(list(expr.params), rebuilt[0], expr.ret_type, expr.type_params, expr.attrs, expr.span)
+        return _new_function(expr, rebuilt[0])
     return expr
+
+
+def _new_function(func: relay.Function, body: relay.Expr) -> relay.Function:
+    return relay.Function(list(func.params), body, func.ret_type, func.type_params, func.attrs, func.span)
+
+
+def _with_body(func: relay.Function, body: relay.Expr) -> relay.Function:
+    return func if body.same_as(func.body) else _new_function(func, body)
 
 
 def remap_global_vars(func: relay.Function, mapping: Mapping[relay.GlobalVar, relay.GlobalVar]) -> relay.Function:
@@ -147,4 +119,4 @@ def remap_global_vars(func: relay.Function, mapping: Mapping[relay.GlobalVar, re
     new: Dict[relay.Expr, relay.Expr] = {}
     for expr in postorder(func.body):
         new[expr] = mapping.get(expr, expr) if isinstance(expr, relay.GlobalVar) else _rebuild_plain(expr, new)
-    return relay.Function(list(func.params), new[func.body], func.ret_type, func.type_params, func.attrs, func.span)
+    return _new_function(func, new[func.body])  # always a new object: no GlobalVar may reach ``func``
