@@ -15,12 +15,12 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+from _harness import keep_best, rss_kib, run_worker
 
 IMPLS = ("stock", "ours")
 DEFAULT_BLOCKS = (25, 50, 100, 200)
@@ -98,14 +98,6 @@ def build_model(model: str, regime: str, blocks: int):
 # --------------------------------------------------------------------------- worker
 
 
-def _rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def worker(args) -> int:
     import resource
 
@@ -117,7 +109,7 @@ def worker(args) -> int:
     mod = build_model(args.model, args.regime, args.blocks)
     # Make sure the stock pass's registry lookup and fold_guard's imports happen before timing.
     stock_pass = relax.transform.FoldConstant()
-    rss_before = _rss_kib()
+    rss_before = rss_kib()
     maxrss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     info = {}
     if args.impl == "stock":
@@ -155,25 +147,8 @@ def worker(args) -> int:
 
 
 def run_one(model, regime, blocks, impl, out_path, policy):
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        "--model", model,
-        "--regime", regime,
-        "--n", str(blocks),
-        "--impl", impl,
-        "--out", out_path,
-        "--policy", policy,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        raise RuntimeError(f"worker failed: {' '.join(cmd)}")
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    raise RuntimeError(f"worker printed no result: {proc.stdout}\n{proc.stderr}")
+    options = {"model": model, "regime": regime, "n": blocks, "impl": impl, "out": out_path, "policy": policy}
+    return run_worker(os.path.abspath(__file__), options)
 
 
 def measure(model, regime, blocks, repeat, tmpdir, policy):
@@ -187,11 +162,7 @@ def measure(model, regime, blocks, repeat, tmpdir, policy):
         for r in range(repeat):
             path = os.path.join(tmpdir, f"{model}-{regime}-{blocks}-{impl}-{r}.json")
             res = run_one(model, regime, blocks, impl, path, policy)
-            if impl not in best or res["seconds"] < best[impl]["seconds"]:
-                best[impl] = dict(res)
-            # peak memory: also min over repeats (it is deterministic up to noise)
-            best[impl]["peak_kib"] = min(best[impl]["peak_kib"], res["peak_kib"])
-            best[impl]["delta_kib"] = min(best[impl]["delta_kib"], res["delta_kib"])
+            keep_best(best, impl, res)
             outs.setdefault(impl, path)
     with open(outs["stock"]) as f:
         stock_out = tvm.ir.load_json(f.read())

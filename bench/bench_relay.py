@@ -23,6 +23,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+from _harness import keep_best, rss_kib, run_worker
 
 IMPLS = ("stock", "ours")
 DEFAULT_BLOCKS = (25, 50, 100, 200)
@@ -173,14 +174,6 @@ def build_model(model: str, regime: str, blocks: int) -> Any:
 # --------------------------------------------------------------------------- worker
 
 
-def _rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def count_qnn_calls(mod: Any) -> int:
     """Calls to ``qnn.*`` ops in ``main``: shows the constant ones folded and the rest stayed."""
     import tvm
@@ -213,7 +206,7 @@ def worker(args: argparse.Namespace) -> int:
     mod = build_model(args.model, args.regime, args.blocks)
     # Look the stock pass up before timing (and build ours), so timing covers the fold only.
     stock_pass = relay.transform.FoldConstant(**STOCK_FOR_POLICY[args.policy])
-    rss_before = _rss_kib()
+    rss_before = rss_kib()
     maxrss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     info: Dict[str, Any] = {}
     if args.impl == "stock":
@@ -258,25 +251,8 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def run_one(model: str, regime: str, blocks: int, impl: str, out_path: str, policy: str) -> Dict[str, Any]:
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        "--model", model,
-        "--regime", regime,
-        "--n", str(blocks),
-        "--impl", impl,
-        "--out", out_path,
-        "--policy", policy,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=_child_env(), check=False)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        raise RuntimeError(f"worker failed: {' '.join(cmd)}")
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    raise RuntimeError(f"worker printed no result: {proc.stdout}\n{proc.stderr}")
+    options = {"model": model, "regime": regime, "n": blocks, "impl": impl, "out": out_path, "policy": policy}
+    return run_worker(os.path.abspath(__file__), options, cwd=REPO, env=_child_env())
 
 
 def measure(
@@ -291,13 +267,7 @@ def measure(
         for r in range(repeat):
             path = os.path.join(tmpdir, f"{model}-{regime}-{blocks}-{impl}-{r}.json")
             res = run_one(model, regime, blocks, impl, path, policy)
-            prev = best.get(impl)
-            if prev is None or res["seconds"] < prev["seconds"]:
-                best[impl] = dict(res)
-            if prev is not None:
-                # Peak memory: also the min over repeats (deterministic up to noise).
-                best[impl]["peak_kib"] = min(prev["peak_kib"], res["peak_kib"])
-                best[impl]["delta_kib"] = min(prev["delta_kib"], res["delta_kib"])
+            keep_best(best, impl, res)
             outs.setdefault(impl, path)
     if len(outs) < 2:
         return best, None
