@@ -4,7 +4,7 @@ Nothing here imports ``tvm``; the Relax and Relay adapters translate their IR in
 :class:`FoldGraph`, call :func:`plan_folds`, and apply the resulting :class:`FoldPlan`.
 """
 
-from .annotate import allow_roots
+from .annotate import Annotated, Placement, allow_roots, placements
 from .errors import (
     ConflictingAnnotationsError,
     FoldGuardError,
@@ -23,8 +23,10 @@ from .policy import (
     DEQUANTIZE_OPS,
     FOLD_QNN_POLICY,
     KEEP_QDQ_WEIGHTS_POLICY,
+    QDQ_ACCELERATOR_POLICY,
     QUANTIZE_OPS,
     SIZE_GUARD_POLICY,
+    WEIGHTS_ONLY_POLICY,
     CallView,
     FoldPolicy,
     PolicySpec,
@@ -51,10 +53,13 @@ __all__ = [
     "DEQUANTIZE_OPS",
     "FOLD_QNN_POLICY",
     "KEEP_QDQ_WEIGHTS_POLICY",
+    "QDQ_ACCELERATOR_POLICY",
     "QUANTIZE_OPS",
     "SIZE_GUARD_POLICY",
+    "WEIGHTS_ONLY_POLICY",
     "Action",
     "allow_roots",
+    "Annotated",
     "Annotation",
     "CallView",
     "ConflictingAnnotationsError",
@@ -68,6 +73,7 @@ __all__ = [
     "FoldReport",
     "InputKind",
     "NodeInput",
+    "Placement",
     "PlanInvariantError",
     "PolicySpec",
     "PreconditionError",
@@ -80,6 +86,7 @@ __all__ = [
     "dtype_nbytes",
     "get_policy",
     "list_policies",
+    "placements",
     "plan_folds",
     "policy_registry_scope",
     "register_policy",

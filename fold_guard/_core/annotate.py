@@ -1,20 +1,30 @@
-"""Where annotation helpers put ``fold_allow``: the roots of what one policy folds and another keeps.
+"""Where annotation helpers put ``fold_allow`` and ``fold_barrier`` so a module carries a policy.
 
 Given two plans of the same graph, a *wide* one (say ``fold-qnn``) and a *narrow* one (say
 ``default``), a node is an allow root when the wide plan folds it, the narrow plan does not, and
 no node that reads it folds under the wide plan. Wrapping each root in ``fold_allow`` makes the
 narrow policy fold exactly the wide plan's extra subgraphs: the allow cone is the root's whole
 constant subgraph, and barriers still stop it.
+
+:func:`placements` adds the other direction for a policy against the IR's default: a call the
+policy keeps by one of its own rules, although all its inputs are constant and the IR's default
+would fold it, gets a ``fold_barrier`` on its first operand. A barrier's operand may still fold, so the
+call's inputs still become constants (``dequantize(fold_barrier(<int8 constant>))``), but the
+call itself never folds again: not under the default policy, and not under a later stock
+``FoldConstant``, which cannot fold through the barrier op.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
 
 from .errors import PlanInvariantError
-from .planner import FoldPlan
+from .graph import Annotation, InputKind, NodeInput
+from .planner import DEFAULT_RULE, FoldPlan
+from .reasons import Action, Reason
 
-__all__ = ["allow_roots"]
+__all__ = ["allow_roots", "Placement", "Annotated", "placements"]
 
 
 def allow_roots(wide: FoldPlan, narrow: FoldPlan) -> Tuple[int, ...]:
@@ -42,3 +52,107 @@ def allow_roots(wide: FoldPlan, narrow: FoldPlan) -> Tuple[int, ...]:
         and not narrow.folds(node.id)
         and not any(wide.folds(user) for user in consumers[node.id])
     )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One annotation a helper placed.
+
+    ``fold_allow`` wraps the result of node ``node``; ``fold_barrier`` wraps that node's input
+    number ``operand``. ``rule`` is the policy rule the annotation stands for.
+    """
+
+    annotation: Annotation
+    node: int
+    function: str
+    label: str
+    op: str
+    rule: str
+    operand: Optional[int] = None
+    operand_label: str = ""  # with its type, e.g. ``const: int8[8, 3, 3, 3]``
+
+    def __str__(self) -> str:
+        where = f"{self.function}: " if self.function else ""
+        if self.annotation is Annotation.ALLOW:
+            return f"{where}fold_allow around {self.label} = {self.op} [{self.rule}]"
+        return (
+            f"{where}fold_barrier on {self.operand_label} (input {self.operand} of "
+            f"{self.label} = {self.op}) [{self.rule}]"
+        )
+
+
+@dataclass(frozen=True)
+class Annotated:
+    """What an annotation helper returns: the new module and every annotation it placed."""
+
+    mod: Any
+    placed: Tuple[Placement, ...]
+    policy_name: str
+
+    @property
+    def allows(self) -> Tuple[Placement, ...]:
+        return tuple(p for p in self.placed if p.annotation is Annotation.ALLOW)
+
+    @property
+    def barriers(self) -> Tuple[Placement, ...]:
+        return tuple(p for p in self.placed if p.annotation is Annotation.BARRIER)
+
+    def explain(self) -> str:
+        """One line per placed annotation, after a count."""
+        head = (
+            f"annotated for policy {self.policy_name!r}: {len(self.allows)} fold_allow, "
+            f"{len(self.barriers)} fold_barrier"
+        )
+        return "\n".join([head] + [f"  {placement}" for placement in self.placed])
+
+
+def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement, ...]:
+    """The annotations under which ``default_plan``'s policy decides as ``policy_plan``'s does.
+
+    Allows go on :func:`allow_roots`; a barrier goes on the first operand of every call that
+    ``policy_plan`` keeps by a rule of its own while all its inputs are constant there and the
+    IR's default would fold it. Sorted by node; a node may get both (an allow root whose result
+    is the operand of a kept call is wrapped as ``fold_barrier(fold_allow(x))``).
+
+    >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput, TensorInfo
+    >>> from fold_guard._core.planner import plan_folds
+    >>> from fold_guard._core.policy import DEFAULT_POLICY, KEEP_QDQ_WEIGHTS_POLICY
+    >>> i8, f32 = TensorInfo.of("int8", (4,)), TensorInfo.of("float32", (4,))
+    >>> w = NodeInput(InputKind.CONSTANT, "w", i8)
+    >>> dq = FoldNode(0, "relax.dequantize", "dq", "main", (w,), (f32,))
+    >>> g = FoldGraph((dq,))
+    >>> [str(p) for p in placements(plan_folds(g, KEEP_QDQ_WEIGHTS_POLICY), plan_folds(g, DEFAULT_POLICY))]
+    ['main: fold_barrier on w: int8[4] (input 0 of dq = relax.dequantize) [keep-dequantize-of-integer-constant]']
+    """
+    graph = policy_plan.graph
+    placed = []
+    for node_id in allow_roots(policy_plan, default_plan):
+        node, decision = graph.nodes[node_id], policy_plan.decisions[node_id]
+        placed.append(Placement(Annotation.ALLOW, node_id, node.function, node.label, node.op, decision.rule))
+    for node, decision in zip(graph.nodes, policy_plan.decisions):
+        kept_by_own_rule = (
+            decision.action is Action.KEEP
+            and decision.reason is Reason.KEPT_BY_POLICY
+            and decision.rule != DEFAULT_RULE
+        )
+        inputs_constant = bool(node.inputs) and all(
+            inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and policy_plan.folds(inp.source))
+            for inp in node.inputs
+        )
+        # Not default_plan.folds(node): an allow placed upstream can make the inputs constant
+        # only in the annotated module, and the default must not fold the call there either.
+        default_would_fold = node.default_fold and node.unfoldable is None
+        if kept_by_own_rule and inputs_constant and default_would_fold:
+            placed.append(Placement(
+                Annotation.BARRIER, node.id, node.function, node.label, node.op, decision.rule,
+                operand=0, operand_label=_typed_label(node.inputs[0]),
+            ))  # fmt: skip
+    return tuple(sorted(placed, key=lambda p: (p.node, p.annotation is Annotation.BARRIER)))
+
+
+def _typed_label(inp: NodeInput) -> str:
+    tensor = inp.tensor
+    if tensor is None or tensor.shape is None:
+        return inp.label
+    dims = ", ".join("?" if dim is None else str(dim) for dim in tensor.shape)
+    return f"{inp.label}: {tensor.dtype}[{dims}]"

@@ -28,6 +28,7 @@ from .errors import ConflictingAnnotationsError, FoldNotPossibleError
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
 from .policy import CallView, FoldPolicy
 from .reasons import Action, Reason
+from .uses import GraphUses
 
 __all__ = [
     "FoldDecision",
@@ -137,11 +138,11 @@ def plan_folds(
     failures = dict(eval_failures or {})
     _check_annotations(graph)
     allowed = _allowed_cone(graph)
-    consumers = graph.consumers()
+    uses = GraphUses(graph)
     values: Dict[int, _Value] = {}
     decisions = []
     for node in graph.nodes:
-        decision, value = _decide(node, graph, policy, values, allowed, failures, consumers)
+        decision, value = _decide(node, graph, policy, values, allowed, failures, uses)
         values[node.id] = value
         decisions.append(decision)
         logger.debug("%s/%s: %s", node.function, node.label, decision)
@@ -184,7 +185,7 @@ def _decide(
     values: Mapping[int, _Value],
     allowed: Set[int],
     failures: Mapping[int, str],
-    consumers: Mapping,
+    uses: GraphUses,
 ) -> Tuple[FoldDecision, _Value]:
     def keep(reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None) -> Tuple[FoldDecision, _Value]:
         decision = FoldDecision(node.id, node.label, node.op, Action.KEEP, reason, rule, detail)
@@ -223,7 +224,7 @@ def _decide(
     if node.id in allowed:
         return fold(ALLOW_RULE, "inside a fold_allow subgraph")
 
-    verdict = policy.decide(CallView(node, graph, consumers))
+    verdict = policy.decide(CallView(node, graph, uses))
     if verdict is not None:
         action, rule = verdict
         if action is Action.FOLD:

@@ -18,6 +18,7 @@ from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple,
 from .errors import PreconditionError, UnknownPolicyError
 from .graph import FoldGraph, FoldNode, InputKind, TensorInfo
 from .reasons import Action
+from .uses import GraphUses
 
 __all__ = [
     "CallView",
@@ -30,7 +31,9 @@ __all__ = [
     "DEFAULT_MIN_RESULT_BYTES",
     "DEFAULT_POLICY",
     "KEEP_QDQ_WEIGHTS_POLICY",
+    "QDQ_ACCELERATOR_POLICY",
     "SIZE_GUARD_POLICY",
+    "WEIGHTS_ONLY_POLICY",
     "FOLD_QNN_POLICY",
     "compose",
     "size_guard",
@@ -53,7 +56,10 @@ DEFAULT_MIN_RESULT_BYTES = 4096
 
 
 class CallView:
-    """What a policy rule sees of one constant call: op, attributes, inputs, outputs, consumers.
+    """What a policy rule sees of one constant call: op, attributes, inputs, outputs, uses.
+
+    ``uses`` is shared by every view of one plan, so graph-wide facts (consumers, which values
+    feed only weights) are computed once per graph, not once per call.
 
     >>> from fold_guard._core.graph import FoldNode, FoldGraph, NodeInput, InputKind, TensorInfo
     >>> node = FoldNode(0, "relax.zeros", "z", "main", (), (TensorInfo.of("float32", (64, 64)),))
@@ -62,12 +68,12 @@ class CallView:
     (16384, 0)
     """
 
-    __slots__ = ("node", "graph", "_consumers")
+    __slots__ = ("node", "graph", "uses")
 
-    def __init__(self, node: FoldNode, graph: FoldGraph, consumers: Optional[Mapping] = None):
+    def __init__(self, node: FoldNode, graph: FoldGraph, uses: Optional[GraphUses] = None):
         self.node = node
         self.graph = graph
-        self._consumers = consumers
+        self.uses = uses if uses is not None else GraphUses(graph)
 
     @property
     def op(self) -> str:
@@ -100,9 +106,16 @@ class CallView:
 
     @property
     def consumer_ops(self) -> Tuple[str, ...]:
-        if self._consumers is None:
-            self._consumers = self.graph.consumers()
-        return tuple(self.graph.nodes[user].op for user in self._consumers[self.node.id])
+        return tuple(self.graph.nodes[user].op for user in self.uses.consumers[self.node.id])
+
+    @property
+    def feeds_only_weights(self) -> bool:
+        """True when the result ends only as weight or bias inputs of conv / matmul / dense.
+
+        See :mod:`fold_guard._core.uses` for the exact rule (annotations and other constant calls
+        are looked through).
+        """
+        return self.uses.feeds_only_weights(self.node.id)
 
     def input_is_constant_literal(self, index: int) -> bool:
         inputs = self.node.inputs
@@ -220,22 +233,58 @@ DEFAULT_POLICY = FoldPolicy(
     "default", "exactly what the IR's stock FoldConstant folds (no rules of its own)", ()
 )
 
+def _is_quantized_compute_op(call: CallView) -> bool:
+    return call.op.startswith("qnn.") and call.op not in QUANTIZE_OPS | DEQUANTIZE_OPS
+
+
+_KEEP_DEQUANTIZE_OF_INTEGER = Rule(
+    "keep-dequantize-of-integer-constant",
+    Action.KEEP,
+    "dequantize of an integer constant stays, so backends can match weight Q/DQ patterns",
+    _is_dequantize_of_integer,
+)
+_FOLD_QUANTIZE_OF_CONSTANT = Rule(
+    "fold-quantize-of-constant",
+    Action.FOLD,
+    "quantize of a constant becomes an integer constant",
+    lambda call: call.op in QUANTIZE_OPS,
+)
+
 KEEP_QDQ_WEIGHTS_POLICY = FoldPolicy(
     "keep-qdq-weights",
     "fold quantize(constant) into integer constants, keep dequantize(integer constant) for "
     "QDQ pattern matching",
+    (_KEEP_DEQUANTIZE_OF_INTEGER, _FOLD_QUANTIZE_OF_CONSTANT),
+)
+
+QDQ_ACCELERATOR_POLICY = FoldPolicy(
+    "qdq-accelerator",
+    "for backends that offload quantized patterns: weights become integer constants, while the "
+    "weight and bias dequantize and every other quantized op on constants stay for the pattern "
+    "table (composed before fold-qnn, these rules still win)",
+    (
+        _KEEP_DEQUANTIZE_OF_INTEGER,
+        Rule(
+            "keep-quantized-ops",
+            Action.KEEP,
+            "a QNN op other than quantize / dequantize (qnn.requantize, qnn.conv2d, qnn.add, ...) "
+            "stays unlowered even on constants",
+            _is_quantized_compute_op,
+        ),
+        _FOLD_QUANTIZE_OF_CONSTANT,
+    ),
+)
+
+WEIGHTS_ONLY_POLICY = FoldPolicy(
+    "weights-only",
+    "fold only what ends as a weight or bias input of conv / matmul / dense; every other "
+    "constant call stays (those that feed weights fold as the IR's default says)",
     (
         Rule(
-            "keep-dequantize-of-integer-constant",
+            "keep-non-weight-constants",
             Action.KEEP,
-            "dequantize of an integer constant stays, so backends can match weight Q/DQ patterns",
-            _is_dequantize_of_integer,
-        ),
-        Rule(
-            "fold-quantize-of-constant",
-            Action.FOLD,
-            "quantize of a constant becomes an integer constant",
-            lambda call: call.op in QUANTIZE_OPS,
+            "the result does not end only as weight or bias inputs of conv / matmul / dense",
+            lambda call: not call.feeds_only_weights,
         ),
     ),
 )
@@ -257,7 +306,14 @@ FOLD_QNN_POLICY = FoldPolicy(
 
 PolicySpec = Union[str, FoldPolicy, Sequence[Union[str, FoldPolicy]]]
 
-_BUILTINS = (DEFAULT_POLICY, FOLD_QNN_POLICY, KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY)
+_BUILTINS = (
+    DEFAULT_POLICY,
+    FOLD_QNN_POLICY,
+    KEEP_QDQ_WEIGHTS_POLICY,
+    QDQ_ACCELERATOR_POLICY,
+    SIZE_GUARD_POLICY,
+    WEIGHTS_ONLY_POLICY,
+)
 _REGISTRY: Dict[str, FoldPolicy] = {policy.name: policy for policy in _BUILTINS}
 
 

@@ -15,7 +15,8 @@ _register_errors_with_ffi()
 
 from ._ops import fold_allow, fold_barrier, register_ops as _register_ops  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, plan  # noqa: E402
+from ._annotate import annotate  # noqa: E402
 
 _register_ops()
 
-__all__ = ["FoldConstant", "FoldResult", "fold", "fold_allow", "fold_barrier", "plan"]
+__all__ = ["FoldConstant", "FoldResult", "annotate", "fold", "fold_allow", "fold_barrier", "plan"]

@@ -42,7 +42,7 @@ def _check_module(mod: object) -> None:
             )
 
 
-def _analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
+def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
     _check_module(mod)  # the TVM release was checked when fold_guard.relax was imported
     policy = resolve_policy(policy_spec)
     # Step 1. Describe every call binding of every Relax function.
@@ -86,7 +86,7 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
       main: lv = relax.exp: folded [default]
       main: gv = relax.add: not constant: input x is not constant
     """
-    _, _, graph, resolved = _analyse(mod, policy, StepTimer())
+    _, _, graph, resolved = analyse(mod, policy, StepTimer())
     return plan_folds(graph, resolved)
 
 
@@ -116,7 +116,7 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     ['folded', 'kept by barrier', 'not constant']
     """
     timer = StepTimer()
-    lowered, kernels, graph, resolved = _analyse(mod, policy, timer)
+    lowered, kernels, graph, resolved = analyse(mod, policy, timer)
     if strict and not relax.analysis.check_well_formed(mod):
         # checked up front so the post-condition below can only ever blame fold_guard
         raise PreconditionError(

@@ -12,6 +12,9 @@ Public surface:
 - ``fold_function(func, *, policy="default", strict=False) -> relay.Function`` for one function
   as a ``relay.ext.<codegen>`` hook receives it (``Compiler`` attribute included)
 - ``fold_barrier(expr)`` / ``fold_allow(expr)``
+- ``annotate(mod, params=None, *, policy="qdq-accelerator") -> Annotated``: bind a frontend's
+  params and place the ``fold_allow`` / ``fold_barrier`` that make any later fold follow
+  ``policy``; ``.mod`` is the new module, ``.placed`` what was placed
 - ``allow_constant_qnn(mod) -> IRModule``: wrap the constant QNN subgraphs
   ``FakeQuantizationToInteger`` leaves in ``fold_allow``
 
@@ -30,13 +33,14 @@ from ._ops import register_ops as _register_ops  # noqa: E402
 
 _register_ops()
 
-from ._annotate import allow_constant_qnn  # noqa: E402
+from ._annotate import allow_constant_qnn, annotate  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, fold_function, plan  # noqa: E402
 
 __all__ = [
     "FoldConstant",
     "FoldResult",
     "allow_constant_qnn",
+    "annotate",
     "fold",
     "fold_allow",
     "fold_barrier",

@@ -35,7 +35,7 @@ from fold_guard._core import (
 
 from graphdsl import G, summary
 
-BUILTIN_NAMES = ["default", "fold-qnn", "keep-qdq-weights", "size-guard"]
+BUILTIN_NAMES = ["default", "fold-qnn", "keep-qdq-weights", "qdq-accelerator", "size-guard", "weights-only"]
 
 
 @pytest.fixture(autouse=True)

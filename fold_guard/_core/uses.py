@@ -1,0 +1,124 @@
+"""How the values of a FoldGraph are used: consumers, and which constants end up as weights.
+
+A backend policy often cares less about the call itself than about where its result goes: a
+``quantize`` whose result becomes a convolution's weight should fold, the same ``quantize`` on a
+constant that is added to an activation should stay. :class:`GraphUses` answers that once per
+graph, lazily, for every :class:`~fold_guard._core.policy.CallView` of one plan.
+
+A constant value *feeds only weights* when every path from it, through calls that compute from
+constants only (annotations included, looked through), reaches a call that also reads a run-time
+value, and enters it as
+
+* any operand of a weight op (convolution, dense, matmul: the operand that is not the
+  activation), or
+* the bias of a bias op: ``nn.bias_add``, or an ``add`` whose other operand is the output of a
+  weight op.
+
+Uses outside the graph (a function's return value, a tuple) are not calls, so they do not count:
+a constant that feeds a weight and is also returned still feeds only weights.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import FrozenSet, Mapping, Tuple
+
+from .graph import Annotation, FoldGraph, FoldNode, InputKind
+
+__all__ = ["WEIGHT_OPS", "BIAS_OPS", "GraphUses", "is_weight_op"]
+
+_WEIGHT_OP_NAMES = frozenset({
+    "conv1d", "conv2d", "conv3d",
+    "conv1d_transpose", "conv2d_transpose", "conv3d_transpose",
+    "contrib_conv2d_NCHWc", "contrib_depthwise_conv2d_NCHWc",
+    "dense", "contrib_dense_pack", "matmul", "batch_matmul",
+})  # fmt: skip
+
+#: Weight ops of both IRs, by full op name (Relax ``relax.nn.conv2d``, ``relax.matmul``; Relay
+#: ``nn.conv2d``, ``nn.dense``; quantized ``qnn.conv2d``, ``qnn.dense``, ...).
+WEIGHT_OPS: FrozenSet[str] = frozenset(
+    f"{prefix}{name}"
+    for name in _WEIGHT_OP_NAMES
+    for prefix in ("relax.", "relax.nn.", "nn.", "qnn.")
+)
+#: Ops whose non-activation operand is a bias when the activation comes from a weight op.
+BIAS_OPS: FrozenSet[str] = frozenset({"nn.bias_add", "relax.add", "add", "qnn.add"})
+
+
+def is_weight_op(op: str) -> bool:
+    """True for a convolution, dense or matmul op of Relax, Relay or QNN.
+
+    >>> is_weight_op("relax.nn.conv2d"), is_weight_op("qnn.dense"), is_weight_op("relax.add")
+    (True, True, False)
+    """
+    return op in WEIGHT_OPS
+
+
+class GraphUses:
+    """Consumers and weight uses of one graph, computed on first use and then shared.
+
+    >>> from fold_guard._core.graph import FoldNode, NodeInput, TensorInfo
+    >>> t = TensorInfo.of("float32", (4, 4))
+    >>> w = FoldNode(0, "relax.exp", "w", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,))
+    >>> x = NodeInput(InputKind.RUNTIME, "x", t)
+    >>> y = FoldNode(1, "relax.matmul", "y", "main", (x, NodeInput(InputKind.NODE, "w", t, 0)), (t,))
+    >>> GraphUses(FoldGraph((w, y))).feeds_only_weights(0)
+    True
+    """
+
+    def __init__(self, graph: FoldGraph) -> None:
+        self.graph = graph
+
+    @cached_property
+    def consumers(self) -> Mapping[int, Tuple[int, ...]]:
+        """Map each node id to the ids of the nodes that read it."""
+        return self.graph.consumers()
+
+    @cached_property
+    def computes_from_constants(self) -> FrozenSet[int]:
+        """Nodes whose every input is a literal constant or such a node (annotations included)."""
+        found = set()
+        for node in self.graph.nodes:
+            if all(
+                inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and inp.source in found)
+                for inp in node.inputs
+            ):
+                found.add(node.id)
+        return frozenset(found)
+
+    @cached_property
+    def weight_feeders(self) -> FrozenSet[int]:
+        """Ids of the constant-computed nodes whose value feeds only weights (see module doc)."""
+        constant = self.computes_from_constants
+        feeds: dict = {}
+        for node in reversed(self.graph.nodes):
+            if node.id not in constant:
+                continue
+            users = self.consumers[node.id]
+            feeds[node.id] = bool(users) and all(
+                feeds[user] if user in constant else self._is_weight_edge(self.graph.nodes[user], node.id)
+                for user in users
+            )
+        return frozenset(node_id for node_id, ok in feeds.items() if ok)
+
+    def feeds_only_weights(self, node_id: int) -> bool:
+        """True when ``node_id`` is computed from constants and its value feeds only weights."""
+        return node_id in self.weight_feeders
+
+    def _is_weight_edge(self, user: FoldNode, source: int) -> bool:
+        if is_weight_op(user.op):
+            return True
+        if user.op not in BIAS_OPS:
+            return False
+        if user.op == "nn.bias_add":
+            return any(inp.kind is InputKind.NODE and inp.node == source for inp in user.inputs[1:])
+        return any(
+            inp.kind is InputKind.NODE and inp.node != source and self._produced_by_weight_op(inp.source)
+            for inp in user.inputs
+        )
+
+    def _produced_by_weight_op(self, node_id: int) -> bool:
+        node = self.graph.nodes[node_id]
+        while node.annotation is not Annotation.NONE and node.inputs and node.inputs[0].kind is InputKind.NODE:
+            node = self.graph.nodes[node.inputs[0].source]
+        return is_weight_op(node.op)

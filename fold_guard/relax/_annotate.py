@@ -1,0 +1,118 @@
+"""Annotate a Relax module so that it carries a policy's decisions as fold_barrier / fold_allow."""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .._core.annotate import Annotated, Placement, placements
+from .._core.graph import Annotation
+from .._core.planner import plan_folds
+from .._core.policy import DEFAULT_POLICY, PolicySpec
+from .._core.report import StepTimer
+from ._ops import fold_allow, fold_barrier
+from ._pass import analyse
+
+__all__ = ["annotate"]
+
+
+def annotate(mod: tvm.IRModule, policy: PolicySpec = "qdq-accelerator") -> Annotated:
+    """Place the annotations that make any later fold follow ``policy``; return them with the module.
+
+    Meant for a module fresh from a frontend (``relax.frontend.onnx.from_onnx(model,
+    keep_params_in_input=False)`` of a QDQ model, say): the module then carries the policy's
+    decisions itself, so they hold through every later pass, including the stock
+    ``relax.transform.FoldConstant`` of a pipeline you do not control.
+
+    - ``fold_barrier`` on the first operand of each call ``policy`` keeps (by a rule of its own)
+      although the default would fold it: ``R.dequantize(R.fold_barrier(w_int8), ...)`` stays a
+      dequantize of an int8 constant through any ``FoldConstant``.
+    - ``fold_allow`` around the root of each constant subgraph ``policy`` folds and the default
+      would not (a policy that folds more than the stock pass).
+
+    ``fold_guard.relax.FoldConstant()`` with the default policy on the result then folds exactly
+    what ``FoldConstant(policy)`` folds on ``mod`` (plus the annotations it keeps). ``mod`` is not
+    changed. A backend pattern table that matches the weight constant sees
+    ``R.dequantize(R.fold_barrier(<constant>), ...)`` and should accept the barrier there too
+    (``is_const() | is_op("relax.fold_barrier")(is_const())``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tvm import relax
+    >>> import fold_guard.relax as fgr
+    >>> bb = relax.BlockBuilder()
+    >>> x = relax.Var("x", relax.TensorType((2, 4), "float32"))
+    >>> w = relax.const(np.ones((4, 4), "int8"))
+    >>> with bb.function("main", [x]):
+    ...     with bb.dataflow():
+    ...         dq = bb.emit(relax.op.dequantize(w, relax.const(0.5), relax.const(0, "int8")))
+    ...         y = bb.emit_output(relax.op.matmul(x, dq))
+    ...     _ = bb.emit_func_output(y)
+    >>> annotated = fgr.annotate(bb.get())
+    >>> print(annotated.explain())
+    annotated for policy 'qdq-accelerator': 0 fold_allow, 1 fold_barrier
+      main: fold_barrier on const: int8[4, 4] (input 0 of lv = relax.dequantize) [keep-dequantize-of-integer-constant]
+    >>> folded = relax.transform.FoldConstant()(annotated.mod)  # the stock pass keeps it too
+    >>> [b.value.op.name for b in folded["main"].body.blocks[0].bindings]
+    ['relax.fold_barrier', 'relax.dequantize', 'relax.matmul']
+    """
+    lowered, _, graph, resolved = analyse(mod, policy, StepTimer())
+    placed = placements(plan_folds(graph, resolved), plan_folds(graph, DEFAULT_POLICY))
+    by_function: Dict[str, Dict[relax.Var, List[Placement]]] = {}
+    for placement in placed:
+        site = lowered.sites[placement.node]
+        by_function.setdefault(site.function, {}).setdefault(site.var, []).append(placement)
+    functions = dict(mod.functions)
+    for name, (gvar, func) in lowered.functions.items():
+        if name in by_function:
+            functions[gvar] = _Annotator(mod, by_function[name], lowered.sites).visit_expr(func)
+    annotated = tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+    return Annotated(annotated, placed, resolved.name)
+
+
+@mutator
+class _Annotator(PyExprMutator):
+    """Re-emits the placed bindings: ``v = f(fold_barrier(a), ...)``, ``v = fold_allow(f(...))``."""
+
+    def __init__(self, mod: tvm.IRModule, placed: Dict[relax.Var, List[Placement]], sites: list) -> None:
+        super().__init__(mod)
+        self.placed = placed
+        self.sites = sites
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if binding.var not in self.placed:
+            super().visit_var_binding_(binding)
+            return
+        value = self.visit_expr(binding.value)
+        for placement in self.placed[binding.var]:
+            if placement.annotation is Annotation.BARRIER:
+                assert placement.operand is not None
+                operand = self.sites[placement.node].leaves[placement.operand]
+                guarded = self.builder_.emit(fold_barrier(self.visit_expr(operand)), f"{binding.var.name}_operand")
+                value = _replace_argument(value, operand, guarded)
+        if any(p.annotation is Annotation.ALLOW for p in self.placed[binding.var]):
+            value = fold_allow(self.builder_.emit(value, f"{binding.var.name}_value"))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
+
+
+def _replace_argument(call: relax.Call, old: relax.Expr, new: relax.Expr) -> relax.Call:
+    """``call`` with the first argument (or tuple field) that is ``old`` replaced by ``new``."""
+    done = False
+
+    def swap(arg: relax.Expr) -> relax.Expr:
+        nonlocal done
+        if done:
+            return arg
+        if arg.same_as(old):
+            done = True
+            return new
+        if isinstance(arg, relax.Tuple):
+            return relax.Tuple([swap(field) for field in arg.fields])
+        return arg
+
+    args = [swap(arg) for arg in call.args]
+    return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
