@@ -1,0 +1,217 @@
+"""The residual CNN and the transformer block of :mod:`fold_guard.testing.onnx_models` on Relax.
+
+For each model: the same seed gives the same bytes; ``from_onnx(..., keep_params_in_input=False)``
+turns every weight into ``R.dequantize(<int8 constant>)`` (``R.quantize(<fp32 constant>)`` with
+``float_weights=True``), exactly as many as the float model has weights; stock
+``relax.transform.FoldConstant`` folds every one of them away (the behaviour fold_guard exists to
+control); and the imported module, built for the CPU, matches onnxruntime.
+
+Expected counts come from the models themselves: the weights from :func:`weight_shapes` of the
+float model, the other quantized constants (biases, ``LayerNormalization`` parameters, the
+attention scale) from the ``DequantizeLinear`` / ``QuantizeLinear`` nodes on initializers in the
+QDQ model, one Relax call each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import tvm
+from onnx import numpy_helper  # noqa: E402
+from tvm import relax  # noqa: E402
+
+from fold_guard.testing import onnx_models  # noqa: E402
+
+_CONST_TYPE = getattr(tvm.ir, "GenericConst", None) or getattr(relax, "Constant")
+
+#: Model name -> (QDQ builder, float builder).
+MODELS: Dict[str, Tuple[Callable, Callable]] = {
+    "residual_cnn": (onnx_models.make_residual_cnn, onnx_models.float_residual_cnn),
+    "transformer_block": (onnx_models.make_transformer_block, onnx_models.float_transformer_block),
+}
+
+Signature = Tuple[str, Tuple[int, ...]]  # (dtype, shape) of a constant
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def relax_const_calls(mod: tvm.IRModule, op_name: str) -> List[Signature]:
+    """(dtype, shape) of the constant first argument of every call to ``op_name``."""
+    found = []
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                call = binding.value
+                if (
+                    isinstance(call, relax.Call)
+                    and isinstance(call.op, tvm.ir.Op)
+                    and call.op.name == op_name
+                    and isinstance(call.args[0], _CONST_TYPE)
+                ):
+                    array = call.args[0].value.numpy()
+                    found.append((str(array.dtype), tuple(array.shape)))
+    return found
+
+
+def onnx_initializer_inputs(model, op_type: str) -> List[Signature]:
+    """(dtype, shape) of the initializer feeding input 0 of every ``op_type`` node."""
+    initializers = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    return [
+        (str(initializers[node.input[0]].dtype), tuple(initializers[node.input[0]].shape))
+        for node in model.graph.node
+        if node.op_type == op_type and node.input[0] in initializers
+    ]
+
+
+def weights_among(signatures: List[Signature], dtype: str) -> List[Tuple[int, ...]]:
+    """Sorted shapes of the weights among constants: in these models the only ones of rank >= 2."""
+    return sorted(shape for dt, shape in signatures if dt == dtype and len(shape) >= 2)
+
+
+def multiset(signatures: List[Signature]) -> Counter:
+    return Counter(signatures)
+
+
+class _Model:
+    """One model and its Relax import, each computed once."""
+
+    def __init__(self, name: str, float_weights: bool) -> None:
+        make, make_float = MODELS[name]
+        self.float_model = make_float(0)
+        self.onnx = make(0, float_weights=float_weights)
+        self.imported = onnx_models.import_relax(self.onnx)
+        self.weights = sorted(onnx_models.weight_shapes(self.float_model))
+
+
+_CACHE: Dict[Tuple[str, bool], _Model] = {}
+
+
+def model_for(name: str, float_weights: bool = False) -> _Model:
+    key = (name, float_weights)
+    if key not in _CACHE:
+        _CACHE[key] = _Model(name, float_weights)
+    return _CACHE[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_cache():
+    yield
+    _CACHE.clear()
+
+
+# ----------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_same_seed_gives_the_same_bytes(name: str) -> None:
+    make, make_float = MODELS[name]
+    first = model_for(name).onnx.SerializeToString()
+    assert make(0).SerializeToString() == first
+    assert make(1).SerializeToString() != first
+    assert make_float(0).SerializeToString() == model_for(name).float_model.SerializeToString()
+    assert make(0, float_weights=True).SerializeToString() == model_for(name, True).onnx.SerializeToString()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_is_qdq_with_every_weight_quantized(name: str) -> None:
+    model = model_for(name)
+    ops = {node.op_type for node in model.onnx.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    assert not any(op.startswith("QLinear") or op.endswith("Integer") for op in ops)  # QDQ format
+    # Every weight of the float model became an int8 initializer behind a DequantizeLinear.
+    assert model.weights
+    assert sorted(onnx_models.weight_shapes(model.onnx)) == model.weights
+    assert weights_among(onnx_initializer_inputs(model.onnx, "DequantizeLinear"), "int8") == model.weights
+    assert onnx_models.output_scale(model.onnx) > 0
+    feed = onnx_models.input_feed(model.onnx)
+    assert {k: v.shape for k, v in feed.items()} == onnx_models.graph_inputs(model.onnx)
+    assert list(onnx_models.sample_input(model=model.onnx)) == list(feed)
+
+
+def test_input_feed_and_tolerance_generalise_the_cnn_helpers() -> None:
+    cnn = onnx_models.make_qdq_cnn(0)
+    for seed in (1, 2):
+        feed, sample = onnx_models.input_feed(cnn, seed), onnx_models.sample_input(seed)
+        assert list(feed) == list(sample) == [onnx_models.INPUT_NAME]
+        np.testing.assert_array_equal(feed[onnx_models.INPUT_NAME], sample[onnx_models.INPUT_NAME])
+    # The CNN keeps its tolerance; the new models have their own, in steps of their output scale.
+    assert onnx_models.tolerance_steps(cnn) == onnx_models.TOLERANCE_STEPS
+    for name in MODELS:
+        model = model_for(name).onnx
+        steps = onnx_models.tolerance_steps(model)
+        assert steps >= onnx_models.TOLERANCE_STEPS
+        assert onnx_models.output_atol(model) == onnx_models.output_atol(model, steps)
+        assert onnx_models.output_atol(model) > steps * onnx_models.output_scale(model)
+    assert set(onnx_models.MODEL_BUILDERS.values()) >= {make for make, _ in MODELS.values()}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_import_dequantizes_every_weight_constant(name: str) -> None:
+    model = model_for(name)
+    dequantized = relax_const_calls(model.imported, "relax.dequantize")
+    assert weights_among(dequantized, "int8") == model.weights
+    # One R.dequantize per DequantizeLinear of an initializer: weights, biases and the rest.
+    expected = onnx_initializer_inputs(model.onnx, "DequantizeLinear")
+    assert multiset(dequantized) == multiset(expected)
+    assert len(dequantized) > len(model.weights)  # the biases are constants too
+    assert relax_const_calls(model.imported, "relax.quantize") == []
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
+    model = model_for(name, float_weights=True)
+    quantized = relax_const_calls(model.imported, "relax.quantize")
+    assert weights_among(quantized, "float32") == model.weights
+    assert all(dtype == "float32" for dtype, _ in quantized)
+    assert multiset(quantized) == multiset(onnx_initializer_inputs(model.onnx, "QuantizeLinear"))
+    # No weight is dequantized from an int8 constant any more; the int32 biases still are.
+    dequantized = relax_const_calls(model.imported, "relax.dequantize")
+    assert weights_among(dequantized, "int8") == []
+    assert multiset(dequantized) == multiset(onnx_initializer_inputs(model.onnx, "DequantizeLinear"))
+    assert {dtype for dtype, _ in dequantized} == {"int32"}
+
+
+@pytest.mark.parametrize("float_weights", [False, True], ids=["int8_weights", "float_weights"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_stock_fold_constant_folds_every_constant_qdq(name: str, float_weights: bool) -> None:
+    model = model_for(name, float_weights)
+    before = len(relax_const_calls(model.imported, "relax.dequantize")) + len(
+        relax_const_calls(model.imported, "relax.quantize")
+    )
+    assert before >= len(model.weights)
+    folded = relax.transform.FoldConstant()(model.imported)
+    assert relax_const_calls(folded, "relax.dequantize") == []
+    assert relax_const_calls(folded, "relax.quantize") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_import_runs_like_onnxruntime(name: str) -> None:
+    model = model_for(name)
+    exe = tvm.compile(model.imported, target="llvm")
+    vm = relax.VirtualMachine(exe, tvm.cpu())
+    atol = onnx_models.output_atol(model.onnx)
+    # Against the float operators between real Q/DQ pairs (no integer fusion in onnxruntime),
+    # which is what the import computes, the CNN's tolerance holds for every model.
+    strict = onnx_models.output_atol(model.onnx, onnx_models.TOLERANCE_STEPS)
+    for seed in (1, 2, 3):
+        feed = onnx_models.input_feed(model.onnx, seed)
+        actual = vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy()
+        (expected,) = onnx_models.run_onnxruntime(model.onnx, feed)
+        assert actual.shape == expected.shape
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=atol)
+        (unfused,) = onnx_models.run_onnxruntime(model.onnx, feed, fuse_qdq=False)
+        np.testing.assert_allclose(actual, unfused, rtol=0, atol=strict)
+    # run_relax is the same pipeline.
+    feed = onnx_models.input_feed(model.onnx, 1)
+    (via_helper,) = onnx_models.run_relax(model.imported, list(feed.values()))
+    np.testing.assert_array_equal(via_helper, vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy())

@@ -1,0 +1,220 @@
+"""The residual CNN and the transformer block of :mod:`fold_guard.testing.onnx_models` on Relay.
+
+For each model, on hhb-tvm (TVM 0.16): ``import_relay`` keeps every weight as
+``qnn.dequantize(<int8 constant>)`` (``qnn.quantize(<fp32 constant>)`` with ``float_weights=True``);
+``FakeQuantizationToInteger`` turns every ``Conv`` / ``Gemm`` / ``MatMul`` into ``qnn.conv2d`` /
+``qnn.dense`` / ``qnn.batch_matmul`` (and the ``Add`` / ``Mul`` of activations into ``qnn.add`` /
+``qnn.mul``); and both the import and the FQ2I module, built at opt level 3, match onnxruntime.
+
+FQ2I does not convert everything in the transformer block: ``Softmax``, ``Gelu`` (imported as
+``erf`` arithmetic) and ``LayerNormalization`` (imported as ``mean`` / ``variance`` arithmetic) stay
+float between their quantize / dequantize pairs, so the ``LayerNormalization`` parameters stay
+``qnn.dequantize`` of constants after FQ2I. The tests assert that too.
+
+Expected counts come from the models: weights from :func:`weight_shapes` of the float model, the
+other quantized constants from the ``DequantizeLinear`` / ``QuantizeLinear`` nodes on initializers,
+operator counts from the nodes of the QDQ model.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Dict, List, Tuple
+
+import numpy as np
+import pytest
+import tvm
+from onnx import numpy_helper
+from tvm import relay
+from tvm.contrib import graph_executor
+
+from fold_guard.testing import onnx_models
+
+#: Model name -> (QDQ builder, float builder).
+MODELS: Dict[str, Tuple[Callable, Callable]] = {
+    "residual_cnn": (onnx_models.make_residual_cnn, onnx_models.float_residual_cnn),
+    "transformer_block": (onnx_models.make_transformer_block, onnx_models.float_transformer_block),
+}
+
+#: ONNX operator -> the QNN operator FQ2I makes of it (each node of the model becomes one).
+FQ2I_QNN = {
+    "Conv": "qnn.conv2d",
+    "Gemm": "qnn.dense",
+    "MatMul": "qnn.batch_matmul",
+    "Add": "qnn.add",
+    "Mul": "qnn.mul",
+}
+#: ONNX operators FQ2I leaves in float, -> a Relay operator their import has once per node.
+FQ2I_FLOAT = {"Softmax": "nn.softmax", "Gelu": "erf", "LayerNormalization": "variance"}
+
+Signature = Tuple[str, Tuple[int, ...]]  # (dtype, shape) of a constant
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def calls(mod: tvm.IRModule) -> List[relay.Call]:
+    found: List[relay.Call] = []
+
+    def visit(node: relay.Expr) -> None:
+        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
+            found.append(node)
+
+    relay.analysis.post_order_visit(mod["main"], visit)
+    return found
+
+
+def op_counts(mod: tvm.IRModule) -> Counter:
+    return Counter(call.op.name for call in calls(mod))
+
+
+def relay_const_calls(mod: tvm.IRModule, op_name: str) -> List[Signature]:
+    """(dtype, shape) of the constant first argument of every call to ``op_name``."""
+    return [
+        (call.args[0].data.dtype, tuple(call.args[0].data.shape))
+        for call in calls(mod)
+        if call.op.name == op_name and isinstance(call.args[0], relay.Constant)
+    ]
+
+
+def onnx_initializer_inputs(model, op_type: str) -> List[Signature]:
+    """(dtype, shape) of the initializer feeding input 0 of every ``op_type`` node."""
+    initializers = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    return [
+        (str(initializers[node.input[0]].dtype), tuple(initializers[node.input[0]].shape))
+        for node in model.graph.node
+        if node.op_type == op_type and node.input[0] in initializers
+    ]
+
+
+def is_constant(expr: relay.Expr) -> bool:
+    """A constant, or a ``qnn.quantize`` of one (what ``float_weights=True`` leaves)."""
+    if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "qnn.quantize":
+        expr = expr.args[0]
+    return isinstance(expr, relay.Constant)
+
+
+def build(mod: tvm.IRModule) -> Callable[[Dict[str, np.ndarray]], np.ndarray]:
+    """Build ``mod`` once as :func:`onnx_models.run_relay` does (opt level 3); run it per feed."""
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=onnx_models.RELAY_TARGET)
+    runner = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+
+    def run(feed: Dict[str, np.ndarray]) -> np.ndarray:
+        for name, value in feed.items():
+            runner.set_input(name, value)
+        runner.run()
+        return runner.get_output(0).numpy()
+
+    return run
+
+
+def weights_among(signatures: List[Signature], dtype: str) -> List[Tuple[int, ...]]:
+    """Sorted shapes of the weights among constants: in these models the only ones of rank >= 2."""
+    return sorted(shape for dt, shape in signatures if dt == dtype and len(shape) >= 2)
+
+
+class _Model:
+    """One model through import and FQ2I (each step computed once)."""
+
+    def __init__(self, name: str, float_weights: bool) -> None:
+        make, make_float = MODELS[name]
+        self.onnx = make(0, float_weights=float_weights)
+        self.weights = sorted(onnx_models.weight_shapes(make_float(0)))
+        self.nodes = Counter(node.op_type for node in self.onnx.graph.node)
+        self.imported = onnx_models.import_relay(self.onnx)
+        self.fq2i = relay.transform.InferType()(relay.transform.FakeQuantizationToInteger()(self.imported))
+
+
+_CACHE: Dict[Tuple[str, bool], _Model] = {}
+
+
+def model_for(name: str, float_weights: bool = False) -> _Model:
+    key = (name, float_weights)
+    if key not in _CACHE:
+        _CACHE[key] = _Model(name, float_weights)
+    return _CACHE[key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_cache():
+    yield
+    _CACHE.clear()
+
+
+# ----------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_import_dequantizes_every_weight_constant(name: str) -> None:
+    model = model_for(name)
+    dequantized = relay_const_calls(model.imported, "qnn.dequantize")
+    assert model.weights and weights_among(dequantized, "int8") == model.weights
+    # One qnn.dequantize per DequantizeLinear of an initializer: weights, biases and the rest.
+    assert Counter(dequantized) == Counter(onnx_initializer_inputs(model.onnx, "DequantizeLinear"))
+    assert len(dequantized) > len(model.weights)
+    assert relay_const_calls(model.imported, "qnn.quantize") == []
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
+    model = model_for(name, float_weights=True)
+    quantized = relay_const_calls(model.imported, "qnn.quantize")
+    assert weights_among(quantized, "float32") == model.weights
+    assert Counter(quantized) == Counter(onnx_initializer_inputs(model.onnx, "QuantizeLinear"))
+    dequantized = relay_const_calls(model.imported, "qnn.dequantize")
+    assert {dtype for dtype, _ in dequantized} == {"int32"}  # only the biases
+    assert Counter(dequantized) == Counter(onnx_initializer_inputs(model.onnx, "DequantizeLinear"))
+
+
+@pytest.mark.parametrize("float_weights", [False, True], ids=["int8_weights", "float_weights"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_fq2i_turns_every_weighted_op_into_qnn(name: str, float_weights: bool) -> None:
+    model = model_for(name, float_weights)
+    ops = op_counts(model.fq2i)
+    for onnx_op, qnn_op in FQ2I_QNN.items():
+        assert ops[qnn_op] == model.nodes[onnx_op], (qnn_op, ops)
+    assert ops["qnn.conv2d"] + ops["qnn.dense"] == len(model.weights)
+    assert not {"nn.conv2d", "nn.dense", "nn.batch_matmul", "nn.matmul"} & set(ops)
+    # What stays float, once per ONNX node.
+    for onnx_op, relay_op in FQ2I_FLOAT.items():
+        assert ops[relay_op] == model.nodes[onnx_op], (relay_op, ops)
+    # The kernels: int8 constants, or the quantize of an fp32 constant that folding should turn
+    # into one.
+    kernels = [call.args[1] for call in calls(model.fq2i) if call.op.name in ("qnn.conv2d", "qnn.dense")]
+    if float_weights:
+        assert all(
+            isinstance(k, relay.Call)
+            and k.op.name == "qnn.quantize"
+            and isinstance(k.args[0], relay.Constant)
+            and k.args[0].data.dtype == "float32"
+            for k in kernels
+        )
+        shapes = sorted(tuple(k.args[0].data.shape) for k in kernels)
+    else:
+        assert all(isinstance(k, relay.Constant) and k.data.dtype == "int8" for k in kernels)
+        shapes = sorted(tuple(k.data.shape) for k in kernels)
+    assert shapes == model.weights
+    # Only the float islands keep dequantized constants: the LayerNormalization scales and biases.
+    kept = [call for call in calls(model.fq2i) if call.op.name == "qnn.dequantize" and is_constant(call.args[0])]
+    assert len(kept) == 2 * model.nodes["LayerNormalization"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_import_and_fq2i_run_like_onnxruntime(name: str) -> None:
+    model = model_for(name)
+    atol = onnx_models.output_atol(model.onnx)
+    # The import computes float operators between real Q/DQ pairs, as onnxruntime does without
+    # its integer QDQ fusion: against that, the CNN's tolerance holds for every model.
+    strict = onnx_models.output_atol(model.onnx, onnx_models.TOLERANCE_STEPS)
+    run_import, run_fq2i = build(model.imported), build(model.fq2i)
+    for seed in (1, 2, 3):
+        feed = onnx_models.input_feed(model.onnx, seed)
+        from_import, from_fq2i = run_import(feed), run_fq2i(feed)
+        (expected,) = onnx_models.run_onnxruntime(model.onnx, feed)
+        assert from_import.shape == from_fq2i.shape == expected.shape
+        np.testing.assert_allclose(from_import, expected, rtol=0, atol=atol)
+        np.testing.assert_allclose(from_fq2i, expected, rtol=0, atol=atol)
+        (unfused,) = onnx_models.run_onnxruntime(model.onnx, feed, fuse_qdq=False)
+        np.testing.assert_allclose(from_import, unfused, rtol=0, atol=strict)
