@@ -33,12 +33,18 @@ import pytest
 RELAX_TVM: Tuple[int, int] = (0, 27)
 
 #: Needs ``tvm.relay``: importing any of these on a TVM without Relay raises ImportError.
-RELAY_ONLY: Tuple[str, ...] = ("tests/relay", "fold_guard/relay")
+RELAY_ONLY: Tuple[str, ...] = (
+    "tests/relay",
+    "fold_guard/relay",
+    "fold_guard/testing/relay_byoc.py",
+    "fold_guard/testing/tflite_models.py",
+)
 #: Needs TVM 0.27 (Relax) or the tools only the Relax environment installs from the ``test``
 #: extra: mypy (test_typecheck), codespell (test_codespell), onnxruntime and Relax (test_examples).
 RELAX_ONLY: Tuple[str, ...] = (
     "tests/relax",
     "fold_guard/relax",
+    "fold_guard/testing/relax_byoc.py",
     "tests/test_typecheck.py",
     "tests/test_codespell.py",
     "tests/test_examples.py",

@@ -21,7 +21,6 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from fold_guard._core import (
-    Action,
     Annotation,
     FoldGraph,
     FoldNode,

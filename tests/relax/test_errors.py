@@ -118,7 +118,7 @@ def test_annotating_a_non_expression():
 
 
 def test_unknown_policy():
-    with pytest.raises(fold_guard.UnknownPolicyError, match=r"unknown fold policy 'npu'; registered policies: default, fold-qnn, keep-qdq-weights, size-guard"):
+    with pytest.raises(fold_guard.UnknownPolicyError, match=r"unknown fold policy 'npu'; registered policies: default, fold-qnn, keep-qdq-weights, qdq-accelerator, size-guard, weights-only"):
         fgr.FoldConstant("npu")
 
 

@@ -16,11 +16,10 @@ import pytest
 import tvm_ffi
 from tvm import relax
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-import fold_guard.relax as fgr  # noqa: E402
+import fold_guard.relax as fgr
 
 DIMS = st.sampled_from([1, 2, 3, 5])
 

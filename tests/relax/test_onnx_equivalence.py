@@ -27,9 +27,9 @@ from typing import Callable
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-tvm = pytest.importorskip("tvm")
+import onnx
+import onnxruntime as ort
+import tvm
 import tvm_ffi
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
-tvm = pytest.importorskip("tvm")
+import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import tvm
 from tvm import relax  # noqa: E402
 
 from fold_guard.testing import onnx_models  # noqa: E402

@@ -270,7 +270,7 @@ def test_unknown_policy_raises_at_construction(spec):
     with pytest.raises(fold_guard.UnknownPolicyError) as info:
         fgr.FoldConstant(spec)
     message = str(info.value)
-    assert "default, fold-qnn, keep-qdq-weights, size-guard" in message
+    assert "default, fold-qnn, keep-qdq-weights, qdq-accelerator, size-guard, weights-only" in message
     assert repr(spec if isinstance(spec, str) else spec[1]) in message
     assert isinstance(info.value, ValueError)  # PreconditionError is a ValueError
 
@@ -314,3 +314,29 @@ def test_plan_agrees_with_fold(policy):
     result = fgr.fold(Mixed, policy=policy)
     assert planned.decisions == result.plan.decisions
     assert result.report.plan.decisions == result.plan.decisions
+
+
+def test_weights_only_on_the_transformer_block_folds_exactly_the_weights_and_biases():
+    """On a real QDQ transformer block: every matmul weight (with its transpose) and bias folds;
+    the layer-norm parameters and the attention's constant factor, also dequantize(int const)
+    calls, stay because their results are not weight or bias inputs."""
+    from fold_guard.testing import onnx_models
+
+    model = onnx_models.make_transformer_block()
+    mod = onnx_models.import_relax(model)
+    result = fgr.fold(mod, policy="weights-only")
+    graph, consumers = result.plan.graph, result.plan.graph.consumers()
+    users = lambda d: sorted({graph.nodes[u].op for u in consumers[d.node]})  # noqa: E731
+    weights = len(onnx_models.weight_shapes(model))
+    folded_dq = [d for d in result.plan.folded if d.op == "relax.dequantize"]
+    assert len(folded_dq) == 2 * weights  # one weight and one bias per Gemm
+    assert sorted(d.op for d in result.plan.folded if d.op != "relax.dequantize") == ["relax.permute_dims"] * weights
+    kept = [d for d in result.plan.kept if d.rule == "keep-non-weight-constants"]
+    assert {op for d in kept for op in users(d)} == {"relax.nn.layer_norm", "relax.multiply"}
+    assert len(kept) == 5  # 2 layer norms x (scale, bias) + the constant factor of the attention scores
+    feed = onnx_models.input_feed(model)
+    np.testing.assert_allclose(
+        onnx_models.run_relax(result.mod, list(feed.values()))[0],
+        onnx_models.run_relax(mod, list(feed.values()))[0],
+        rtol=0, atol=1e-6,
+    )

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
+import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402

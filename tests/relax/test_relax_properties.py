@@ -18,15 +18,13 @@ is never mutated; the pass is deterministic and idempotent.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import tvm
 from tvm import relax
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-import fold_guard.relax as fgr  # noqa: E402
+import fold_guard.relax as fgr
 
 SHAPE = (4,)
 OPS = (relax.op.add, relax.op.multiply, relax.op.subtract, relax.op.maximum, relax.op.minimum)
