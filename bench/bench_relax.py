@@ -83,15 +83,20 @@ def make_synthetic(blocks: int, regime: str, seed: int = SEED):
     return bb.get()
 
 
-def make_cnn():
-    from fold_guard.testing.onnx_models import import_relax, make_qdq_cnn
+#: The QDQ ONNX models of fold_guard.testing.onnx_models (weights as fp32 initializers feeding
+#: QuantizeLinear, as a frontend leaves them), benchmarked after the synthetic ones.
+ONNX_MODELS = ("qdq_cnn", "residual_cnn", "transformer_block")
 
-    return import_relax(make_qdq_cnn(0, float_weights=True))
+
+def make_onnx_model(name: str):
+    from fold_guard.testing.onnx_models import MODEL_BUILDERS, import_relax
+
+    return import_relax(MODEL_BUILDERS[name](0, float_weights=True))
 
 
 def build_model(model: str, regime: str, blocks: int):
-    if model == "qdq_cnn":
-        return make_cnn()
+    if model in ONNX_MODELS:
+        return make_onnx_model(model)
     return make_synthetic(blocks, regime)
 
 
@@ -179,7 +184,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="take the min over k runs (default 1)")
     p.add_argument("--quick", action="store_true", help="blocks 25 and 50 only")
     p.add_argument("--regimes", nargs="+", default=["same", "distinct"], choices=["same", "distinct"])
-    p.add_argument("--no-cnn", action="store_true", help="skip the QDQ CNN model")
+    p.add_argument("--no-cnn", action="store_true",
+                   help="skip the QDQ ONNX models (CNN, residual CNN, transformer block)")
     p.add_argument("--policy", default="default", help=argparse.SUPPRESS)
     p.add_argument("--steps", action="store_true",
                    help="also print fold_guard's per-step seconds and kernels compiled")
@@ -199,7 +205,7 @@ def main(argv=None) -> int:
     blocks = list(QUICK_BLOCKS) if args.quick else args.blocks
     cases = [("synthetic", regime, n) for regime in args.regimes for n in blocks]
     if not args.no_cnn:
-        cases.append(("qdq_cnn", "distinct", 0))
+        cases += [(name, "distinct", 0) for name in ONNX_MODELS]
 
     rows = []
     any_diff = False
@@ -219,7 +225,7 @@ def main(argv=None) -> int:
     for model, regime, n, best, equal in rows:
         s, o = best["stock"], best["ours"]
         print(
-            f"| {model} | {regime if model == 'synthetic' else 'cnn'} | {n if model == 'synthetic' else '-'} "
+            f"| {model} | {regime if model == 'synthetic' else 'onnx'} | {n if model == 'synthetic' else '-'} "
             f"| {s['seconds']:.3f} | {o['seconds']:.3f} | {s['seconds'] / o['seconds']:.1f}x "
             f"| {mib(s['peak_kib']):.0f} | {mib(o['peak_kib']):.0f} | {o['peak_kib'] / s['peak_kib']:.2f} "
             f"| {mib(s['delta_kib']):.1f} | {mib(o['delta_kib']):.1f} "
@@ -234,7 +240,7 @@ def main(argv=None) -> int:
             o = best["ours"]
             st = o.get("steps", {})
             print(
-                f"| {model} | {regime if model == 'synthetic' else 'cnn'} | {n if model == 'synthetic' else '-'} "
+                f"| {model} | {regime if model == 'synthetic' else 'onnx'} | {n if model == 'synthetic' else '-'} "
                 f"| {o.get('folded', '?')} | {o.get('kernels_compiled', '?')} | "
                 + " | ".join(f"{st.get(k, float('nan')):.3f}"
                              for k in ("lower", "legalize", "plan", "compile", "evaluate", "rewrite"))

@@ -163,9 +163,27 @@ def make_zoo(name: str) -> Any:
     return relay.transform.SimplifyInference()(mod)
 
 
+#: The QDQ ONNX models of ``fold_guard.testing.onnx_models`` after FakeQuantizationToInteger.
+ONNX_MODELS = ("qdq_cnn", "residual_cnn", "transformer_block")
+
+
+def make_fq2i(name: str) -> Any:
+    """An onnxruntime-quantized QDQ model (fp32 weights feeding QuantizeLinear) imported with
+    ``from_onnx`` and rewritten by ``FakeQuantizationToInteger``: the flow of the FQ2I post-step,
+    where every weight is a ``qnn.quantize(<fp32 const>)`` under ``qnn.conv2d`` / ``qnn.dense``."""
+    from tvm import relay
+
+    from fold_guard.testing.onnx_models import MODEL_BUILDERS, import_relay
+
+    mod = import_relay(MODEL_BUILDERS[name](0, float_weights=True))
+    return relay.transform.FakeQuantizationToInteger()(mod)
+
+
 def build_model(model: str, regime: str, blocks: int) -> Any:
     if model == "qnn_cnn":
         return make_cnn()
+    if model.startswith("fq2i_"):
+        return make_fq2i(model[len("fq2i_"):])
     if model in ZOO_MODELS:
         return make_zoo(model)
     return make_synthetic(blocks, regime)
@@ -335,6 +353,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="blocks 25 and 50 only")
     p.add_argument("--regimes", nargs="+", default=["same", "distinct"], choices=["same", "distinct"])
     p.add_argument("--no-cnn", action="store_true", help="skip the 4-layer qnn.conv2d CNN")
+    p.add_argument("--no-onnx", action="store_true",
+                   help="skip the QDQ ONNX models after FakeQuantizationToInteger (CNN, residual CNN, transformer block)")
     p.add_argument("--no-zoo", action="store_true",
                    help="skip the float relay.testing models (resnet18, mobilenet; weights bound as constants)")
     p.add_argument("--policy", default="fold-qnn", choices=sorted(STOCK_FOR_POLICY),
@@ -366,6 +386,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     cases = [("synthetic", regime, n) for regime in args.regimes for n in blocks]
     if not args.no_cnn:
         cases.append(("qnn_cnn", "cnn", 0))
+    if not args.no_onnx:
+        cases += [(f"fq2i_{name}", "fq2i", 0) for name in ONNX_MODELS]
     if not args.no_zoo:
         cases += [(name, "float", 0) for name in ZOO_MODELS]
 
