@@ -8,6 +8,20 @@ import tvm
 from tvm import relax
 
 
+def op_calls(mod: tvm.IRModule, op_name: str) -> List[relax.Call]:
+    """Every call of the operator ``op_name`` in the module's Relax functions, in post order."""
+    found: List[relax.Call] = []
+
+    def visit(node: relax.Expr) -> None:
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
+            found.append(node)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
 def binding_names(mod: tvm.IRModule) -> Dict[str, List[str]]:
     """function name -> binding variable names, in order (structural equality ignores names)."""
     return {

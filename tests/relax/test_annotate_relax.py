@@ -20,23 +20,13 @@ import fold_guard.relax as fgr
 from fold_guard import Annotation
 
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+from golden import op_calls
 from fold_guard.testing import onnx_models  # noqa: E402
 
 W_INT8 = (np.arange(16, dtype="int8") - 8).reshape(4, 4)
 W_FP32 = np.linspace(-1.0, 1.0, 16, dtype="float32").reshape(4, 4)
 
 
-def _calls(mod: tvm.IRModule, op_name: str) -> list:
-    found = []
-
-    def visit(node):
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
-            found.append(node)
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return found
 
 
 def _bound_value(func: relax.Function, var: relax.Expr) -> relax.Expr:
@@ -52,7 +42,7 @@ def _dequantize_operands(mod: tvm.IRModule) -> list:
     '<op>(const)' for a call on a constant, or 'runtime'."""
     main = mod["main"]
     kinds = []
-    for call in _calls(mod, "relax.dequantize"):
+    for call in op_calls(mod, "relax.dequantize"):
         data = _bound_value(main, call.args[0])
         if isinstance(data, relax.Call) and data.op.name == "relax.fold_barrier":
             inner = _bound_value(main, data.args[0])
@@ -100,7 +90,7 @@ def test_qdq_weight_gets_a_barrier_on_its_int8_operand():
     ]
     # the quantize still folds (under the barrier), the dequantize never does, even in stock
     stock = relax.transform.FoldConstant()(annotated.mod)
-    assert _dequantize_operands(stock) == ["barrier(const)"] and not _calls(stock, "relax.quantize")
+    assert _dequantize_operands(stock) == ["barrier(const)"] and not op_calls(stock, "relax.quantize")
 
 
 def test_weights_only_puts_a_barrier_on_a_constant_that_is_not_a_weight():
@@ -136,7 +126,7 @@ def test_weights_only_puts_a_barrier_on_a_constant_that_is_not_a_weight():
     assert [p.label for p in annotated.barriers] == ["shift"] and not annotated.allows
     # the stock pass now folds the weight only
     stock = relax.transform.FoldConstant()(annotated.mod)
-    assert len(_calls(stock, "relax.exp")) == 1
+    assert len(op_calls(stock, "relax.exp")) == 1
 
 
 def test_default_policy_places_nothing_and_returns_the_same_module():
@@ -186,7 +176,7 @@ def test_import_annotation_pins_every_weight_and_bias_dequantize(imported):
 
     stock = relax.transform.FoldConstant()(annotated.mod)
     assert sorted(k for k in _dequantize_operands(stock) if k != "runtime") == ["barrier(const)"] * 10
-    assert not [c for c in _calls(stock, "relax.quantize") if not isinstance(c.args[0], relax.Var)]
+    assert not [c for c in op_calls(stock, "relax.quantize") if not isinstance(c.args[0], relax.Var)]
 
 
 def test_annotated_default_fold_matches_the_policy_fold(imported):
@@ -197,9 +187,9 @@ def test_annotated_default_fold_matches_the_policy_fold(imported):
     direct = fgr.fold(mod, policy="qdq-accelerator")
     folded_ops = lambda result: sorted(d.op for d in result.plan.folded)  # noqa: E731
     assert folded_ops(via_annotations) == folded_ops(direct)
-    op_counts = lambda m: {op: len(_calls(m, op)) for op in ("relax.quantize", "relax.dequantize", "relax.nn.conv2d", "relax.matmul")}  # noqa: E731
+    op_counts = lambda m: {op: len(op_calls(m, op)) for op in ("relax.quantize", "relax.dequantize", "relax.nn.conv2d", "relax.matmul")}  # noqa: E731
     assert op_counts(via_annotations.mod) == op_counts(direct.mod)
-    assert len(_calls(via_annotations.mod, "relax.fold_barrier")) == 10
+    assert len(op_calls(via_annotations.mod, "relax.fold_barrier")) == 10
 
 
 def test_annotated_modules_run_bit_identical_to_the_import(imported):

@@ -25,7 +25,7 @@ from tvm.script import relax as R
 
 import fold_guard
 import fold_guard.relax as fgr
-from golden import binding_names, check_before_after
+from golden import op_calls, binding_names, check_before_after
 from fold_guard import Reason
 
 A = np.arange(4, dtype="float32")
@@ -42,17 +42,6 @@ def _copy(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 
-def _ops(mod: tvm.IRModule, op_name: str) -> list:
-    found = []
-
-    def visit(node):
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
-            found.append(node)
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return found
 
 
 def _run(mod: tvm.IRModule, *args: np.ndarray) -> np.ndarray:
@@ -168,7 +157,7 @@ def test_barrier_survives_later_stock_fold_constant():
     ours = STRICT(BarrierOnConstantSubgraph)
     stock_after = relax.transform.FoldConstant()(ours)
     tvm.ir.assert_structural_equal(stock_after, ours)
-    assert len(_ops(stock_after, "relax.fold_barrier")) == 1
+    assert len(op_calls(stock_after, "relax.fold_barrier")) == 1
 
 
 def test_stock_fold_constant_alone_does_not_cross_barrier():
@@ -221,13 +210,13 @@ class AllowRemovesItselfExpected:
 def test_allow_disappears_once_operand_folds():
     """c = A + B; a = allow(c); y = x + a ==> y = x + <A+B>"""
     after = check_before_after(AllowRemovesItself, AllowRemovesItselfExpected, STRICT)
-    assert _ops(after, "relax.fold_allow") == []
+    assert op_calls(after, "relax.fold_allow") == []
 
 
 def test_allow_is_not_folded_by_stock():
     """Stock FoldConstant cannot evaluate fold_allow (its legalized form is not a TIR call)."""
     stock = relax.transform.FoldConstant()(AllowRemovesItself)
-    assert len(_ops(stock, "relax.fold_allow")) == 1
+    assert len(op_calls(stock, "relax.fold_allow")) == 1
 
 
 @I.ir_module
@@ -267,7 +256,7 @@ class AllowedQdqWeightExpected:
 
 def test_keep_qdq_weights_keeps_dequantize_unchanged():
     after = check_before_after(QdqWeight, QdqWeight, fgr.FoldConstant("keep-qdq-weights", strict=True))
-    assert len(_ops(after, "relax.dequantize")) == 1
+    assert len(op_calls(after, "relax.dequantize")) == 1
     decision = _decision(fgr.fold(QdqWeight, policy="keep-qdq-weights"), "w")
     assert decision.reason is Reason.KEPT_BY_POLICY
     assert decision.rule == "keep-dequantize-of-integer-constant"
@@ -486,10 +475,10 @@ def test_barrier_of_allow_is_fine():
             y = bb.emit_output(relax.op.add(x, b), name_hint="y")
         bb.emit_func_output(y)
     after = STRICT(bb.get())
-    (barrier,) = _ops(after, "relax.fold_barrier")
+    (barrier,) = op_calls(after, "relax.fold_barrier")
     assert isinstance(barrier.args[0], tvm.ir.GenericConst)
     np.testing.assert_array_equal(barrier.args[0].value.numpy(), A + B)
-    assert _ops(after, "relax.fold_allow") == []
+    assert op_calls(after, "relax.fold_allow") == []
 
 
 # --------------------------------------------------------------- printing and serialization
@@ -550,7 +539,7 @@ def test_public_tvmscript_namespace_parses_annotations():
             b = public_R.fold_barrier(x)
             return b
 
-    assert len(_ops(UserModule, "relax.fold_barrier")) == 1
+    assert len(op_calls(UserModule, "relax.fold_barrier")) == 1
 
 
 # ----------------------------------------------------------------------- import twice

@@ -29,6 +29,7 @@ from tvm import relax  # noqa: E402
 from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: E402
 
 import fold_guard.relax as fgr  # noqa: E402
+from golden import op_calls
 from fold_guard.testing import onnx_models, relax_byoc  # noqa: E402
 
 POLICY = "qdq-accelerator"
@@ -66,17 +67,6 @@ def _onnx_weight_ops(model) -> Tuple[int, int]:
     return sum(quantized_constant(node.input[1]) for node in ops), len(ops)
 
 
-def _op_calls(mod: tvm.IRModule, op_name: str) -> List[relax.Call]:
-    calls: List[relax.Call] = []
-
-    def visit(expr: relax.Expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == op_name:
-            calls.append(expr)
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return calls
 
 
 def _codegen_functions(mod: tvm.IRModule) -> List[relax.Function]:
@@ -235,8 +225,8 @@ def test_dedicated_dequantize_is_what_lets_shared_activations_match(model):
     check refuses those matches; the plain chain CNN has no shared activation and needs no copy."""
     mod = relax.transform.FuseOpsByPattern(relax_byoc.qdq_pattern_table(), bind_constants=True)(model.ours)
     counts = relax_byoc.count_offloaded(relax.transform.MergeCompositeFunctions()(mod))
-    shared = len(_op_calls(relax_byoc.dedicate_activation_dequantize(model.ours), "relax.dequantize")) - len(
-        _op_calls(model.ours, "relax.dequantize")
+    shared = len(op_calls(relax_byoc.dedicate_activation_dequantize(model.ours), "relax.dequantize")) - len(
+        op_calls(model.ours, "relax.dequantize")
     )
     if model.name == "qdq_cnn":
         assert shared == 0 and counts["offloaded"] == model.n_quantized
@@ -270,7 +260,7 @@ def test_float_weights_fold_to_the_stock_pass_int8_values(float_model):
     reference_mod = relax.transform.FoldConstant()(annotated)
     reference = [
         call.args[0].value.numpy()
-        for call in _op_calls(reference_mod, "relax.fold_barrier")
+        for call in op_calls(reference_mod, "relax.fold_barrier")
         if isinstance(call.args[0], tvm.ir.GenericConst)
     ]
     assert len(reference) == model.n_quantized  # every weight quantize folded under its barrier
@@ -301,7 +291,7 @@ def test_hand_placed_barrier_keeps_one_pattern_through_stock_fold():
     assert placed == 1
     assert relax_byoc.count_quantized_ops(annotated) == model.n_quantized
     stock = relax.transform.FoldConstant()(annotated)
-    assert len(_op_calls(stock, "relax.fold_barrier")) == 1
+    assert len(op_calls(stock, "relax.fold_barrier")) == 1
     assert relax_byoc.count_quantized_ops(stock) == 1
 
     partitioned = relax_byoc.partition_for_qdq_npu(stock)
@@ -309,7 +299,7 @@ def test_hand_placed_barrier_keeps_one_pattern_through_stock_fold():
     [(_, weight)] = relax_byoc.composite_weights(partitioned)
     assert weight.dtype == np.int8
     [region] = _codegen_functions(partitioned)
-    assert len(_op_calls(tvm.IRModule({"region": region}), "relax.fold_barrier")) == 1
+    assert len(op_calls(tvm.IRModule({"region": region}), "relax.fold_barrier")) == 1
     blind = relax_byoc.partition_for_qdq_npu(stock, look_through_barrier=False)
     _expect_offloaded(relax_byoc.count_offloaded(blind), model, 0)
 

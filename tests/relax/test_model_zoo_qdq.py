@@ -14,6 +14,8 @@ QDQ model, one Relax call each.
 
 from __future__ import annotations
 
+import functools
+
 from collections import Counter
 from typing import Callable, Dict, List, Tuple
 
@@ -92,20 +94,15 @@ class _Model:
         self.weights = sorted(onnx_models.weight_shapes(self.float_model))
 
 
-_CACHE: Dict[Tuple[str, bool], _Model] = {}
-
-
+@functools.lru_cache(maxsize=None)
 def model_for(name: str, float_weights: bool = False) -> _Model:
-    key = (name, float_weights)
-    if key not in _CACHE:
-        _CACHE[key] = _Model(name, float_weights)
-    return _CACHE[key]
+    return _Model(name, float_weights)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _drop_cache():
     yield
-    _CACHE.clear()
+    model_for.cache_clear()
 
 
 # ----------------------------------------------------------------------------------- tests
