@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Mapping, Optional
 
+import numpy as np
 import tvm
 from tvm import relay
 
@@ -122,8 +123,26 @@ def _bind_params(mod: tvm.IRModule, params: Mapping[str, object]) -> tvm.IRModul
             f"params {unknown} are not parameters of main (it has {sorted(names)}); "
             "hint: pass the params the frontend returned with this module"
         )
-    bound = {name: value if isinstance(value, tvm.nd.NDArray) else tvm.nd.array(value) for name, value in params.items()}
+    types = {param.name_hint: param.type_annotation for param in mod["main"].params}
+    bound = {name: _as_array(name, value, types[name]) for name, value in params.items()}
     functions = {gvar: func for gvar, func in mod.functions.items()}
     main = mod.get_global_var("main")
     functions[main] = relay.build_module.bind_params_by_name(mod["main"], bound)
     return module_like(mod, functions)
+
+
+def _as_array(name: str, value: object, declared: object) -> tvm.nd.NDArray:
+    """``value`` as an NDArray whose dtype and shape are those ``main`` declares for ``name``."""
+    try:
+        array = value if isinstance(value, tvm.nd.NDArray) else tvm.nd.array(np.asarray(value))
+    except (TypeError, ValueError) as err:
+        raise PreconditionError(f"param {name!r} is a {type(value).__name__}, not an array: {err}") from None
+    if isinstance(declared, relay.TensorType):
+        shape = tuple(int(dim) if isinstance(dim, tvm.tir.IntImm) else None for dim in declared.shape)
+        fits = len(shape) == len(array.shape) and all(d is None or d == a for d, a in zip(shape, array.shape))
+        if str(declared.dtype) != str(array.dtype) or not fits:
+            raise PreconditionError(
+                f"param {name!r} is {array.dtype}{list(array.shape)}, but main declares {name} as "
+                f"{declared.dtype}{list(shape)}; hint: pass the params the frontend returned with this module"
+            )
+    return array

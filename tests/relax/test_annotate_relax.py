@@ -153,6 +153,8 @@ def test_unknown_policy_is_a_clear_error():
 
     with pytest.raises(fold_guard.UnknownPolicyError, match="no-such-npu"):
         fgr.annotate(Before, "no-such-npu")
+    with pytest.raises(fold_guard.UnsupportedIRError, match="expects a tvm.IRModule, got Function"):
+        fgr.annotate(Before["main"], "qdq-accelerator")
 
 
 # ----------------------------------------------------------------------------------- ONNX QDQ

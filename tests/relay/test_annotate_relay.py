@@ -80,6 +80,12 @@ def test_unknown_params_are_a_clear_error_and_leave_the_module_alone():
         fgr.annotate(mod, {"weight": W})
     with pytest.raises(fold_guard.UnknownPolicyError, match="no-such-npu"):
         fgr.annotate(mod, {"w": W}, policy="no-such-npu")
+    with pytest.raises(fold_guard.PreconditionError, match=r"param 'w' is float32\[3, 3\], but main declares w as float32\[4, 4\]"):
+        fgr.annotate(mod, {"w": W[:3, :3]})
+    with pytest.raises(fold_guard.PreconditionError, match=r"param 'w' is int8\[4, 4\], but main declares w as float32"):
+        fgr.annotate(mod, {"w": W.astype("int8")})
+    with pytest.raises(fold_guard.PreconditionError, match=r"param 'w' is a str, not an array"):
+        fgr.annotate(mod, {"w": "weights.npy"})
     assert tvm.ir.save_json(mod) == before
 
 
