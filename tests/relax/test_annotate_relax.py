@@ -203,3 +203,24 @@ def test_annotated_modules_run_bit_identical_to_the_import(imported):
         np.testing.assert_array_equal(onnx_models.run_relax(candidate, inputs)[0], reference)
     ort = onnx_models.run_onnxruntime(model, onnx_models.sample_input())[0]
     np.testing.assert_allclose(reference, ort, rtol=0, atol=onnx_models.output_atol(model))
+
+
+def test_a_registered_backend_policy_is_accepted_by_annotate():
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((2, 4), "float32")) -> R.Tensor((2, 4), "float32"):
+            with R.dataflow():
+                w = R.dequantize(R.const(W_INT8), R.const(0.5), R.const(0, "int8"), out_dtype="float32")
+                y = R.matmul(x, w)
+                R.output(y)
+            return y
+
+    with fold_guard.policy_registry_scope():
+        fold_guard.register_policy(fold_guard.FoldPolicy("my-npu", "keep every dequantize", (
+            fold_guard.Rule("keep-dq", fold_guard.Action.KEEP, "", lambda call: call.op == "relax.dequantize"),
+        )))  # fmt: skip
+        annotated = fgr.annotate(Before, "my-npu")
+        assert [(p.annotation, p.rule) for p in annotated.placed] == [(Annotation.BARRIER, "keep-dq")]
+        assert fgr.plan(Before, "my-npu").policy_name == "my-npu"
+    assert _dequantize_operands(relax.transform.FoldConstant()(annotated.mod)) == ["barrier(const)"]

@@ -133,3 +133,21 @@ def test_from_onnx_annotated_module_runs_bit_identical(onnx_import):
         np.testing.assert_array_equal(onnx_models.run_relay(candidate, feed)[0], reference)
     ort = onnx_models.run_onnxruntime(model, feed)[0]
     np.testing.assert_allclose(reference, ort, rtol=0, atol=onnx_models.output_atol(model))
+
+
+def test_a_registered_backend_policy_is_accepted_wherever_a_policy_is():
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(_qdq_dense(relay.const(W))))
+    with fold_guard.policy_registry_scope():
+        fold_guard.register_policy(
+            fold_guard.compose(fold_guard.get_policy("qdq-accelerator"), fold_guard.size_guard(2.0), name="my-npu")
+        )
+        assert fgr.plan(mod, "my-npu").policy_name == "my-npu"
+        folded = fgr.FoldConstant("my-npu")(mod)
+        tvm.ir.assert_structural_equal(fgr.fold(mod, policy="my-npu").mod, folded)
+        tvm.ir.assert_structural_equal(fgr.fold_function(mod["main"], policy="my-npu"), folded["main"])
+        annotated = fgr.annotate(mod, policy="my-npu")
+        assert annotated.policy_name == "my-npu" and [p.op for p in annotated.allows] == ["qnn.quantize"]
+        tvm.ir.assert_structural_equal(fgr.FoldConstant()(annotated.mod), folded)
+    assert _count(folded, "qnn.quantize") == 0 and _count(folded, "qnn.dequantize", constant_arg=True) == 1
+    with pytest.raises(fold_guard.UnknownPolicyError, match="my-npu"):
+        fgr.FoldConstant("my-npu")  # gone with the scope
