@@ -233,6 +233,7 @@ DEFAULT_POLICY = FoldPolicy(
     "default", "exactly what the IR's stock FoldConstant folds (no rules of its own)", ()
 )
 
+
 def _is_quantized_compute_op(call: CallView) -> bool:
     return call.op.startswith("qnn.") and call.op not in QUANTIZE_OPS | DEQUANTIZE_OPS
 
