@@ -35,6 +35,7 @@ calls, dynamic shapes); ``NOT_RUNNABLE`` lists the modules that cannot be run he
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Callable
@@ -43,6 +44,8 @@ import numpy as np
 import tvm
 from tvm import relay
 from tvm.contrib import graph_executor
+
+from relay_ir import op_calls
 
 __all__ = [
     "BUILDERS",
@@ -163,16 +166,7 @@ def corpus() -> list[tuple[str, tvm.IRModule]]:
 
 def op_counts(mod: tvm.IRModule) -> dict[str, int]:
     """Op name -> number of calls to it, over every Relay function of ``mod`` (nested ones too)."""
-    counts: dict[str, int] = {}
-
-    def visit(node: object) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            counts[node.op.name] = counts.get(node.op.name, 0) + 1
-
-    for func in mod.functions.values():
-        if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, visit)
-    return counts
+    return dict(Counter(call.op.name for call in op_calls(mod)))
 
 
 def _seed(name: str) -> int:

@@ -12,6 +12,8 @@ import fold_guard.relay as fgr
 from fold_guard import Annotation
 from fold_guard.testing import onnx_models
 
+from relay_ir import op_calls
+
 W = np.linspace(-1.0, 1.0, 16, dtype="float32").reshape(4, 4)
 SCALE, ZERO = 1.0 / 128, 0
 
@@ -25,15 +27,8 @@ def _qdq_dense(weight: relay.Expr) -> relay.Function:
 
 
 def _count(mod: tvm.IRModule, op_name: str, *, constant_arg: bool = False) -> int:
-    found = []
-
-    def visit(node):
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
-            if not constant_arg or isinstance(node.args[0], relay.Constant):
-                found.append(node)
-
-    relay.analysis.post_order_visit(mod["main"], visit)
-    return len(found)
+    calls = op_calls(mod["main"], op_name)
+    return sum(not constant_arg or isinstance(call.args[0], relay.Constant) for call in calls)
 
 
 # ----------------------------------------------------------------------------------- golden IR

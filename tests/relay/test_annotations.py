@@ -32,6 +32,8 @@ import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Action, Reason
 
+from relay_ir import op_calls
+
 TARGET = tvm.target.Target("llvm -mtriple=x86_64-linux-gnu")  # hhb's default "llvm" triple is riscv64
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)
@@ -62,19 +64,6 @@ def _x(shape=SHAPE) -> relay.Var:
 
 def _c(value: np.ndarray) -> relay.Constant:
     return relay.const(value)
-
-
-def _calls(mod: tvm.IRModule, op_name: str) -> list[relay.Call]:
-    found: list[relay.Call] = []
-
-    def visit(node: object) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
-            found.append(node)
-
-    for func in mod.functions.values():
-        if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, visit)
-    return found
 
 
 def assert_input_unchanged(mod: tvm.IRModule, saved: str) -> None:
@@ -239,8 +228,8 @@ def test_fold_barrier_holds_where_identity_op_folds():
     before = _module([x], relay.add(x, relay.add(fgr.fold_barrier(_c(A)), _c(B))))
     ours = check_before_after(before, before, STRICT)
     stock_after_ours = check_before_after(ours, before, STOCK)
-    assert len(_calls(stock_after_ours, "fold_barrier")) == 1
-    assert len(_calls(stock_after_ours, "add")) == 2  # the consumer of the barrier did not fold
+    assert len(op_calls(stock_after_ours, "fold_barrier")) == 1
+    assert len(op_calls(stock_after_ours, "add")) == 2  # the consumer of the barrier did not fold
     decision = _decision(fgr.plan(before), "fold_barrier")
     assert decision.action is Action.KEEP and decision.reason is Reason.KEPT_BY_BARRIER
 
@@ -249,10 +238,10 @@ def test_barrier_survives_later_stock_fold_constant():
     ours = STRICT(barrier_on_constant_subgraph())
     stock_after = STOCK(ours)
     tvm.ir.assert_structural_equal(stock_after, ours, map_free_vars=True)
-    (barrier,) = _calls(stock_after, "fold_barrier")
+    (barrier,) = op_calls(stock_after, "fold_barrier")
     assert isinstance(barrier.args[0], relay.Constant)
     np.testing.assert_array_equal(barrier.args[0].data.numpy(), (A + B) * B)
-    assert len(_calls(stock_after, "subtract")) == 1  # nothing downstream of the barrier folded
+    assert len(op_calls(stock_after, "subtract")) == 1  # nothing downstream of the barrier folded
 
 
 def test_stock_alone_folds_the_operand_but_not_across_the_barrier():
@@ -317,7 +306,7 @@ def test_allow_disappears_once_operand_folds():
     """c = A + B; a = allow(c); y = x * a  ==>  y = x * <A+B>"""
     x = _x()
     after = check_before_after(allow_removes_itself(), _module([x], relay.multiply(x, _c(A + B))), STRICT)
-    assert _calls(after, "fold_allow") == []
+    assert op_calls(after, "fold_allow") == []
     plan = fgr.plan(allow_removes_itself())
     assert _reasons(plan) == {"add": Reason.FOLDED, "fold_allow": Reason.FOLDED, "multiply": Reason.NOT_CONSTANT}
     assert _decision(plan, "fold_allow").rule == "fold_allow"
@@ -352,7 +341,7 @@ def test_allow_folds_qnn_constant_subgraph_under_default():
     Only the allowed QNN call is lowered and evaluated; the dequantize after it stays intact.
     """
     after = check_before_after(quantized_weight(allow=True), quantized_weight_expected(), STRICT)
-    assert len(_calls(after, "qnn.dequantize")) == 1
+    assert len(op_calls(after, "qnn.dequantize")) == 1
     plan = fgr.plan(quantized_weight(allow=True))
     assert _reasons(plan) == {
         "qnn.quantize": Reason.FOLDED,
@@ -371,7 +360,7 @@ def test_allowed_qnn_constant_is_bit_identical_to_stock_fold_qnn():
     assert isinstance(stock["main"].body, relay.Constant)
     stock_bits = stock["main"].body.data.numpy()
     ours = STRICT(quantized_weight(allow=True))
-    (dequantize,) = _calls(ours, "qnn.dequantize")
+    (dequantize,) = op_calls(ours, "qnn.dequantize")
     assert dequantize.args[0].data.numpy().dtype == np.int8
     np.testing.assert_array_equal(dequantize.args[0].data.numpy(), stock_bits)
     np.testing.assert_array_equal(stock_bits, W_INT8)
@@ -412,7 +401,7 @@ def test_qnn_on_activations_stays_inside_and_outside_allow():
     quantize_w = relay.qnn.op.quantize(_c(W_FP32), relay.const(SCALE), relay.const(0), out_dtype="int8")
     before = build(fgr.fold_allow(quantize_w))
     after = check_before_after(before, build(_c(W_INT8)), STRICT)
-    assert len(_calls(after, "qnn.quantize")) == 1 and len(_calls(after, "qnn.dequantize")) == 2
+    assert len(op_calls(after, "qnn.quantize")) == 1 and len(op_calls(after, "qnn.dequantize")) == 2
     np.testing.assert_array_equal(_run(after, x=X_QNN), _run(before, x=X_QNN))
 
 
@@ -498,7 +487,7 @@ def test_barrier_of_allow_is_fine():
     before = _module([x], relay.add(x, fgr.fold_barrier(fgr.fold_allow(relay.add(_c(A), _c(B))))))
     expected = _module([x], relay.add(x, fgr.fold_barrier(_c(A + B))))
     after = check_before_after(before, expected, STRICT)
-    assert _calls(after, "fold_allow") == []
+    assert op_calls(after, "fold_allow") == []
 
 
 # --------------------------------------------------------------- printing and serialization

@@ -27,6 +27,8 @@ from tvm import relay
 import fold_guard.relay as fgr
 from fold_guard.testing import onnx_models
 
+from relay_ir import op_calls
+
 #: The QNN ops FQ2I leaves on activations in the QDQ CNN: 4 convolutions, the classifier, the
 #: requantizes between them, the input quantize and the output dequantize.
 ACTIVATION_QNN = {"qnn.quantize": 1, "qnn.conv2d": 4, "qnn.dense": 1, "qnn.requantize": 7, "qnn.dequantize": 1}
@@ -38,14 +40,7 @@ WEIGHT_SHAPES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (32, 16, 3, 3), (1
 
 
 def _calls(mod: tvm.IRModule) -> List[relay.Call]:
-    calls: List[relay.Call] = []
-
-    def visit(node: relay.Expr) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            calls.append(node)
-
-    relay.analysis.post_order_visit(mod["main"], visit)
-    return calls
+    return op_calls(mod["main"])
 
 
 def op_counts(mod: tvm.IRModule) -> Dict[str, int]:

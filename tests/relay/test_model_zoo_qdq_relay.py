@@ -32,6 +32,8 @@ from tvm.contrib import graph_executor
 
 from fold_guard.testing import onnx_models
 
+from relay_ir import op_calls
+
 #: Model name -> (QDQ builder, float builder).
 MODELS: Dict[str, Tuple[Callable, Callable]] = {
     "residual_cnn": (onnx_models.make_residual_cnn, onnx_models.float_residual_cnn),
@@ -56,14 +58,7 @@ Signature = Tuple[str, Tuple[int, ...]]  # (dtype, shape) of a constant
 
 
 def calls(mod: tvm.IRModule) -> List[relay.Call]:
-    found: List[relay.Call] = []
-
-    def visit(node: relay.Expr) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            found.append(node)
-
-    relay.analysis.post_order_visit(mod["main"], visit)
-    return found
+    return op_calls(mod["main"])
 
 
 def op_counts(mod: tvm.IRModule) -> Counter:

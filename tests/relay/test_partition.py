@@ -35,6 +35,8 @@ from tvm.relay.backend import te_compiler
 import fold_guard.relay as fgr
 from fold_guard import Reason
 
+from relay_ir import op_calls
+
 TARGET = tvm.target.Target("llvm -mtriple=x86_64-linux-gnu")  # hhb's default "llvm" triple is riscv64
 NPU = "fold_guard_test_npu"
 NPU_OPS = ("add", "multiply", "subtract")
@@ -169,14 +171,7 @@ def _external(mod: tvm.IRModule) -> dict[str, str]:
 
 
 def _op_names(func: relay.Function) -> list[str]:
-    names: list[str] = []
-
-    def visit(node: object) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            names.append(node.op.name)
-
-    relay.analysis.post_order_visit(func, visit)
-    return names
+    return [call.op.name for call in op_calls(func)]
 
 
 def _run(mod: tvm.IRModule) -> np.ndarray:
@@ -257,22 +252,11 @@ def test_allowed_qnn_weight_folds_before_partitioning(npu):
     ops = _op_names(after["main"])
     assert "fold_allow" not in ops
     assert ops.count("qnn.quantize") == 1 and ops.count("qnn.dequantize") == 1  # region B's, kept
-    (dense,) = [c for c in _calls(after["main"], "nn.dense")]
+    (dense,) = [c for c in op_calls(after["main"], "nn.dense")]
     assert isinstance(dense.args[1], relay.Constant)
     np.testing.assert_array_equal(dense.args[1].data.numpy(), W_DENSE)
     partitioned = partition_for_test_npu(after)
     np.testing.assert_array_equal(_run(partitioned), reference_output())
-
-
-def _calls(func: relay.Function, op_name: str) -> list[relay.Call]:
-    found: list[relay.Call] = []
-
-    def visit(node: object) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
-            found.append(node)
-
-    relay.analysis.post_order_visit(func, visit)
-    return found
 
 
 # ---------------------------------------------------------- (b) partitioned external functions
@@ -342,7 +326,7 @@ def test_qnn_region_under_default_and_fold_qnn(npu):
     folded = fgr.FoldConstant("fold-qnn", functions=[name], strict=True)(partitioned)
     _unchanged_except(partitioned, folded, changed=(name,))
     assert _op_names(folded[name]) == ["subtract"]
-    (subtract,) = _calls(folded[name], "subtract")
+    (subtract,) = op_calls(folded[name], "subtract")
     np.testing.assert_array_equal(subtract.args[1].data.numpy(), B1 + B2)
 
 

@@ -34,6 +34,8 @@ import fold_guard.relay as fgr
 from fold_guard import Reason
 from fold_guard.testing.onnx_models import run_relay
 
+from relay_ir import op_calls
+
 INPUT_SHAPE = (1, 4, 8, 8)
 _RNG = np.random.default_rng(11228)
 # Conv weight stored HWIO, so the constant subgraph has a non-QNN op (transpose) under the QNN one.
@@ -116,14 +118,7 @@ def stock_fold_qnn(subgraph: relay.Expr) -> relay.Constant:
 
 
 def _calls(mod: tvm.IRModule) -> List[relay.Call]:
-    calls: List[relay.Call] = []
-
-    def visit(node: relay.Expr) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            calls.append(node)
-
-    relay.analysis.post_order_visit(mod["main"], visit)
-    return calls
+    return op_calls(mod["main"])
 
 
 def op_counts(mod: tvm.IRModule) -> Dict[str, int]:

@@ -23,19 +23,14 @@ from tvm import relay
 import fold_guard.relay as fgr
 from fold_guard.testing import onnx_models
 
+from relay_ir import op_calls
+
 #: In the import: one dequantize per weight and per bias of the 4 convolutions and the classifier.
 CONSTANT_DEQUANTIZES = 10
 
 
 def _calls(mod: tvm.IRModule) -> List[relay.Call]:
-    calls: List[relay.Call] = []
-
-    def visit(node: relay.Expr) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op):
-            calls.append(node)
-
-    relay.analysis.post_order_visit(mod["main"], visit)
-    return calls
+    return op_calls(mod["main"])
 
 
 def constant_qnn_calls(mod: tvm.IRModule) -> Dict[str, int]:

@@ -23,6 +23,8 @@ from tvm.contrib import graph_executor
 import fold_guard.relay as fgr
 from fold_guard.testing import onnx_models, relay_byoc, tflite_models
 
+from relay_ir import op_calls
+
 
 @pytest.fixture(scope="module")
 def model() -> tflite_models.QuantizedTFLiteModel:
@@ -35,14 +37,7 @@ def mod(model: tflite_models.QuantizedTFLiteModel) -> tvm.IRModule:
 
 
 def qnn_counts(mod: tvm.IRModule) -> Dict[str, int]:
-    counts: Counter = Counter()
-
-    def visit(node: relay.Expr) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name.startswith("qnn."):
-            counts[node.op.name] += 1
-
-    relay.analysis.post_order_visit(mod["main"], visit)
-    return dict(counts)
+    return dict(Counter(call.op.name for call in op_calls(mod["main"]) if call.op.name.startswith("qnn.")))
 
 
 def test_the_builder_is_deterministic_and_writes_a_tflite_file(model: tflite_models.QuantizedTFLiteModel) -> None:
@@ -72,14 +67,7 @@ def test_import_gives_quantized_ops_with_int8_constant_weights(
 
 
 def _calls(mod: tvm.IRModule, op_name: str) -> List[relay.Call]:
-    found: List[relay.Call] = []
-
-    def visit(node: relay.Expr) -> None:
-        if isinstance(node, relay.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
-            found.append(node)
-
-    relay.analysis.post_order_visit(mod["main"], visit)
-    return found
+    return op_calls(mod["main"], op_name)
 
 
 def test_nothing_is_left_to_fold_or_annotate(mod: tvm.IRModule) -> None:
