@@ -117,6 +117,7 @@ __all__ = [
     "run_relay",
     "sample_input",
     "tolerance_steps",
+    "initializer_inputs",
     "weight_shapes",
 ]
 
@@ -958,6 +959,25 @@ def graph_inputs(model: "onnx.ModelProto") -> Dict[str, Tuple[int, ...]]:
         for value in model.graph.input
         if value.name not in initializers
     }
+
+
+def initializer_inputs(model: "onnx.ModelProto", op_type: str) -> List[Tuple[str, Tuple[int, ...]]]:
+    """(dtype, shape) of the initializer feeding input 0 of every ``op_type`` node, in node order.
+
+    What an importer turns into a constant operand: for ``"DequantizeLinear"`` the stored integer
+    weights and biases, for ``"QuantizeLinear"`` the fp32 weights of a ``float_weights=True`` model.
+
+    >>> sorted(initializer_inputs(make_qdq_cnn(0, float_weights=True), "QuantizeLinear"))[-1]
+    ('float32', (32, 16, 3, 3))
+    """
+    from onnx import numpy_helper
+
+    initializers = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    return [
+        (str(initializers[node.input[0]].dtype), tuple(initializers[node.input[0]].shape))
+        for node in model.graph.node
+        if node.op_type == op_type and node.input[0] in initializers
+    ]
 
 
 def weight_shapes(model: "onnx.ModelProto") -> List[Tuple[int, ...]]:

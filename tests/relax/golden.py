@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import tvm
 from tvm import relax
@@ -20,6 +20,16 @@ def op_calls(mod: tvm.IRModule, op_name: str) -> List[relax.Call]:
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     return found
+
+
+#: The Relax constant node class: ``tvm.ir.GenericConst`` on 0.27, ``relax.Constant`` before.
+CONSTANT_TYPE = getattr(tvm.ir, "GenericConst", None) or relax.Constant
+
+
+def constant_operands(mod: tvm.IRModule, op_name: str) -> List[Tuple[str, Tuple[int, ...]]]:
+    """(dtype, shape) of the constant first argument of every call to ``op_name``."""
+    arrays = [call.args[0].value.numpy() for call in op_calls(mod, op_name) if isinstance(call.args[0], CONSTANT_TYPE)]
+    return [(str(array.dtype), tuple(array.shape)) for array in arrays]
 
 
 def binding_names(mod: tvm.IRModule) -> Dict[str, List[str]]:

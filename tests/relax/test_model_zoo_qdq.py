@@ -25,12 +25,11 @@ import pytest
 import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 import tvm
-from onnx import numpy_helper  # noqa: E402
 from tvm import relax  # noqa: E402
 
 from fold_guard.testing import onnx_models  # noqa: E402
+from golden import constant_operands
 
-_CONST_TYPE = getattr(tvm.ir, "GenericConst", None) or getattr(relax, "Constant")
 
 #: Model name -> (QDQ builder, float builder).
 MODELS: Dict[str, Tuple[Callable, Callable]] = {
@@ -42,36 +41,6 @@ Signature = Tuple[str, Tuple[int, ...]]  # (dtype, shape) of a constant
 
 
 # ----------------------------------------------------------------------------------- helpers
-
-
-def relax_const_calls(mod: tvm.IRModule, op_name: str) -> List[Signature]:
-    """(dtype, shape) of the constant first argument of every call to ``op_name``."""
-    found = []
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function):
-            continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                call = binding.value
-                if (
-                    isinstance(call, relax.Call)
-                    and isinstance(call.op, tvm.ir.Op)
-                    and call.op.name == op_name
-                    and isinstance(call.args[0], _CONST_TYPE)
-                ):
-                    array = call.args[0].value.numpy()
-                    found.append((str(array.dtype), tuple(array.shape)))
-    return found
-
-
-def onnx_initializer_inputs(model, op_type: str) -> List[Signature]:
-    """(dtype, shape) of the initializer feeding input 0 of every ``op_type`` node."""
-    initializers = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    return [
-        (str(initializers[node.input[0]].dtype), tuple(initializers[node.input[0]].shape))
-        for node in model.graph.node
-        if node.op_type == op_type and node.input[0] in initializers
-    ]
 
 
 def weights_among(signatures: List[Signature], dtype: str) -> List[Tuple[int, ...]]:
@@ -127,7 +96,7 @@ def test_model_is_qdq_with_every_weight_quantized(name: str) -> None:
     # Every weight of the float model became an int8 initializer behind a DequantizeLinear.
     assert model.weights
     assert sorted(onnx_models.weight_shapes(model.onnx)) == model.weights
-    assert weights_among(onnx_initializer_inputs(model.onnx, "DequantizeLinear"), "int8") == model.weights
+    assert weights_among(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"), "int8") == model.weights
     assert onnx_models.output_scale(model.onnx) > 0
     feed = onnx_models.input_feed(model.onnx)
     assert {k: v.shape for k, v in feed.items()} == onnx_models.graph_inputs(model.onnx)
@@ -154,26 +123,26 @@ def test_input_feed_and_tolerance_generalise_the_cnn_helpers() -> None:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_import_dequantizes_every_weight_constant(name: str) -> None:
     model = model_for(name)
-    dequantized = relax_const_calls(model.imported, "relax.dequantize")
+    dequantized = constant_operands(model.imported, "relax.dequantize")
     assert weights_among(dequantized, "int8") == model.weights
     # One R.dequantize per DequantizeLinear of an initializer: weights, biases and the rest.
-    expected = onnx_initializer_inputs(model.onnx, "DequantizeLinear")
+    expected = onnx_models.initializer_inputs(model.onnx, "DequantizeLinear")
     assert multiset(dequantized) == multiset(expected)
     assert len(dequantized) > len(model.weights)  # the biases are constants too
-    assert relax_const_calls(model.imported, "relax.quantize") == []
+    assert constant_operands(model.imported, "relax.quantize") == []
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
     model = model_for(name, float_weights=True)
-    quantized = relax_const_calls(model.imported, "relax.quantize")
+    quantized = constant_operands(model.imported, "relax.quantize")
     assert weights_among(quantized, "float32") == model.weights
     assert all(dtype == "float32" for dtype, _ in quantized)
-    assert multiset(quantized) == multiset(onnx_initializer_inputs(model.onnx, "QuantizeLinear"))
+    assert multiset(quantized) == multiset(onnx_models.initializer_inputs(model.onnx, "QuantizeLinear"))
     # No weight is dequantized from an int8 constant any more; the int32 biases still are.
-    dequantized = relax_const_calls(model.imported, "relax.dequantize")
+    dequantized = constant_operands(model.imported, "relax.dequantize")
     assert weights_among(dequantized, "int8") == []
-    assert multiset(dequantized) == multiset(onnx_initializer_inputs(model.onnx, "DequantizeLinear"))
+    assert multiset(dequantized) == multiset(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"))
     assert {dtype for dtype, _ in dequantized} == {"int32"}
 
 
@@ -181,13 +150,13 @@ def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_stock_fold_constant_folds_every_constant_qdq(name: str, float_weights: bool) -> None:
     model = model_for(name, float_weights)
-    before = len(relax_const_calls(model.imported, "relax.dequantize")) + len(
-        relax_const_calls(model.imported, "relax.quantize")
+    before = len(constant_operands(model.imported, "relax.dequantize")) + len(
+        constant_operands(model.imported, "relax.quantize")
     )
     assert before >= len(model.weights)
     folded = relax.transform.FoldConstant()(model.imported)
-    assert relax_const_calls(folded, "relax.dequantize") == []
-    assert relax_const_calls(folded, "relax.quantize") == []
+    assert constant_operands(folded, "relax.dequantize") == []
+    assert constant_operands(folded, "relax.quantize") == []
 
 
 @pytest.mark.slow

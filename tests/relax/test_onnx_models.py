@@ -9,31 +9,11 @@ import tvm
 from tvm import relax  # noqa: E402
 
 from fold_guard.testing import onnx_models  # noqa: E402
+from golden import constant_operands
 
-_CONST_TYPE = getattr(tvm.ir, "GenericConst", None) or getattr(relax, "Constant")
 
 WEIGHT_SHAPES = sorted([(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (32, 16, 3, 3), (10, 32)])
 BIAS_SHAPES = sorted([(8,), (16,), (16,), (32,), (10,)])
-
-
-def _const_qdq_calls(mod, op_name):
-    """(dtype, shape) of the constant first argument of every call to ``op_name``."""
-    found = []
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function):
-            continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                call = binding.value
-                if (
-                    isinstance(call, relax.Call)
-                    and isinstance(call.op, tvm.ir.Op)
-                    and call.op.name == op_name
-                    and isinstance(call.args[0], _CONST_TYPE)
-                ):
-                    array = call.args[0].value.numpy()
-                    found.append((str(array.dtype), tuple(array.shape)))
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -62,21 +42,21 @@ def test_model_is_per_channel_qdq(qdq_model):
 
 
 def test_import_has_constant_dequantize_weights(relax_mod):
-    dequantized = _const_qdq_calls(relax_mod, "relax.dequantize")
+    dequantized = constant_operands(relax_mod, "relax.dequantize")
     weights = sorted(shape for dtype, shape in dequantized if dtype == "int8")
     biases = sorted(shape for dtype, shape in dequantized if dtype == "int32")
     assert weights == WEIGHT_SHAPES
     assert biases == BIAS_SHAPES
     assert len(dequantized) == 10
-    assert _const_qdq_calls(relax_mod, "relax.quantize") == []
+    assert constant_operands(relax_mod, "relax.quantize") == []
 
 
 def test_float_weights_give_constant_quantize():
     mod = onnx_models.import_relax(onnx_models.make_qdq_cnn(0, float_weights=True))
-    quantized = _const_qdq_calls(mod, "relax.quantize")
+    quantized = constant_operands(mod, "relax.quantize")
     assert sorted(shape for dtype, shape in quantized if dtype == "float32") == WEIGHT_SHAPES
     assert len(quantized) == 5
-    biases = sorted(shape for dtype, shape in _const_qdq_calls(mod, "relax.dequantize"))
+    biases = sorted(shape for dtype, shape in constant_operands(mod, "relax.dequantize"))
     assert biases == BIAS_SHAPES
 
 

@@ -26,7 +26,6 @@ from typing import Callable, Dict, List, Tuple
 import numpy as np
 import pytest
 import tvm
-from onnx import numpy_helper
 from tvm import relay
 from tvm.contrib import graph_executor
 
@@ -71,16 +70,6 @@ def relay_const_calls(mod: tvm.IRModule, op_name: str) -> List[Signature]:
         (call.args[0].data.dtype, tuple(call.args[0].data.shape))
         for call in calls(mod)
         if call.op.name == op_name and isinstance(call.args[0], relay.Constant)
-    ]
-
-
-def onnx_initializer_inputs(model, op_type: str) -> List[Signature]:
-    """(dtype, shape) of the initializer feeding input 0 of every ``op_type`` node."""
-    initializers = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    return [
-        (str(initializers[node.input[0]].dtype), tuple(initializers[node.input[0]].shape))
-        for node in model.graph.node
-        if node.op_type == op_type and node.input[0] in initializers
     ]
 
 
@@ -143,7 +132,7 @@ def test_import_dequantizes_every_weight_constant(name: str) -> None:
     dequantized = relay_const_calls(model.imported, "qnn.dequantize")
     assert model.weights and weights_among(dequantized, "int8") == model.weights
     # One qnn.dequantize per DequantizeLinear of an initializer: weights, biases and the rest.
-    assert Counter(dequantized) == Counter(onnx_initializer_inputs(model.onnx, "DequantizeLinear"))
+    assert Counter(dequantized) == Counter(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"))
     assert len(dequantized) > len(model.weights)
     assert relay_const_calls(model.imported, "qnn.quantize") == []
 
@@ -153,10 +142,10 @@ def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
     model = model_for(name, float_weights=True)
     quantized = relay_const_calls(model.imported, "qnn.quantize")
     assert weights_among(quantized, "float32") == model.weights
-    assert Counter(quantized) == Counter(onnx_initializer_inputs(model.onnx, "QuantizeLinear"))
+    assert Counter(quantized) == Counter(onnx_models.initializer_inputs(model.onnx, "QuantizeLinear"))
     dequantized = relay_const_calls(model.imported, "qnn.dequantize")
     assert {dtype for dtype, _ in dequantized} == {"int32"}  # only the biases
-    assert Counter(dequantized) == Counter(onnx_initializer_inputs(model.onnx, "DequantizeLinear"))
+    assert Counter(dequantized) == Counter(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"))
 
 
 @pytest.mark.parametrize("float_weights", [False, True], ids=["int8_weights", "float_weights"])
