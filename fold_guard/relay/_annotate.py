@@ -125,7 +125,7 @@ def _bind_params(mod: tvm.IRModule, params: Mapping[str, object]) -> tvm.IRModul
         )
     types = {param.name_hint: param.type_annotation for param in mod["main"].params}
     bound = {name: _as_array(name, value, types[name]) for name, value in params.items()}
-    functions = {gvar: func for gvar, func in mod.functions.items()}
+    functions = dict(mod.functions)
     main = mod.get_global_var("main")
     functions[main] = relay.build_module.bind_params_by_name(mod["main"], bound)
     return module_like(mod, functions)
