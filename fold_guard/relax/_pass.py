@@ -17,6 +17,7 @@ from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.reasons import Reason
 from .._core.report import FoldReport, FoldResult, StepTimer
+from .._pass_context import PASS_NAME, isolated_pass_context
 from . import _compat
 from ._evaluate import evaluate_plan
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
@@ -86,7 +87,8 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
       main: lv = relax.exp: folded [default]
       main: gv = relax.add: not constant: input x is not constant
     """
-    _, _, graph, resolved = analyse(mod, policy, StepTimer())
+    with isolated_pass_context():
+        _, _, graph, resolved = analyse(mod, policy, StepTimer())
     return plan_folds(graph, resolved)
 
 
@@ -115,6 +117,11 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     >>> [d.reason.text for d in result.plan.decisions]
     ['folded', 'kept by barrier', 'not constant']
     """
+    with isolated_pass_context():
+        return _fold(mod, policy, strict)
+
+
+def _fold(mod: tvm.IRModule, policy: PolicySpec, strict: bool) -> FoldResult:
     timer = StepTimer()
     lowered, kernels, graph, resolved = analyse(mod, policy, timer)
     if strict and not relax.analysis.check_well_formed(mod):
@@ -155,7 +162,7 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
         kernels_compiled=library.size,
         seconds=dict(timer.seconds),
     )
-    logger.info("%s", report.explain(verbose=False))
+    logger.info("fold_guard.relax.FoldConstant: %s", report.explain(verbose=False))
     modified = not tvm_ffi.structural_equal(new_mod, mod)
     return FoldResult(new_mod, modified, fold_plan, report)
 
@@ -194,8 +201,15 @@ def _constant_bytes(mod: tvm.IRModule) -> int:
     return counter.total
 
 
-@tvm.transform.module_pass(opt_level=0, name="fold_guard.FoldConstant")
+#: Stock ``relax.transform.FoldConstant`` is a function pass at opt_level 0.
+STOCK_OPT_LEVEL = 0
+
+
+@tvm.transform.module_pass(opt_level=STOCK_OPT_LEVEL, name=PASS_NAME)
 class _FoldConstantPass:
+    #: Who implements the pass, for users who look (its PassInfo carries the stock name).
+    implementation = "fold_guard.relax.FoldConstant"
+
     def __init__(self, policy, strict: bool) -> None:
         self.policy = policy
         self.strict = strict
@@ -222,7 +236,11 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
     Returns
     -------
     tvm.transform.Pass
-        A module pass named ``fold_guard.FoldConstant``.
+        A module pass registered as ``FoldConstant`` at opt_level 0, like the stock pass, so
+        ``PassContext(disabled_pass=["FoldConstant"])`` and ``opt_level`` gating treat both alike.
+        ``.implementation`` says ``"fold_guard.relax.FoldConstant"`` and ``.policy`` names the
+        policy. Its internal ``LegalizeOps`` and kernel builds run out of sight of pass
+        instruments, as the stock pass's internal work does.
 
     Raises
     ------
@@ -234,6 +252,12 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
     Like the stock pass, operators fold only inside dataflow blocks (run
     ``relax.transform.ConvertToDataflow()`` first to fold more), and every call is evaluated on the
     CPU through its legalized TIR kernel. All kernels of one module are compiled in one batch.
+
+    Run it before ``LegalizeOps``: a policy that decides by op name (every built-in but
+    ``default`` and ``size-guard``) cannot see what a ``call_tir`` computes, so on a module that is
+    already legalized it raises :class:`~fold_guard.PreconditionError` instead of silently acting
+    like ``default``. To carry a policy through a pipeline you do not control, ``annotate`` the
+    module right after import; the annotations survive every TVM pipeline.
 
     Examples
     --------
@@ -250,7 +274,8 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
             y = R.matmul(x, R.permute_dims(w))
 
     >>> import fold_guard.relax as fgr
-    >>> fgr.FoldConstant("keep-qdq-weights").info.name
-    'fold_guard.FoldConstant'
+    >>> folding = fgr.FoldConstant("keep-qdq-weights")
+    >>> folding.info.name, folding.implementation, folding.policy.name
+    ('FoldConstant', 'fold_guard.relax.FoldConstant', 'keep-qdq-weights')
     """
     return _FoldConstantPass(resolve_policy(policy), bool(strict))
