@@ -20,6 +20,7 @@ from .._core.report import FoldReport, FoldResult, StepTimer
 from .._pass_context import PASS_NAME, isolated_pass_context
 from . import _compat
 from ._evaluate import evaluate_plan
+from ._kernel_cache import CacheSetting, resolve_cache
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
 from ._lower import LoweredModule, lower_relax
 from ._rewrite import rewrite_function
@@ -92,7 +93,9 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
     return plan_folds(graph, resolved)
 
 
-def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False) -> FoldResult:
+def fold(
+    mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False, kernel_cache: CacheSetting = None
+) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
 
     Returns a :class:`FoldResult`; ``mod`` itself is never changed. With ``strict=True`` a
@@ -100,6 +103,11 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     :class:`~fold_guard.FoldNotPossibleError`, an input that is not well formed raises
     :class:`~fold_guard.PreconditionError`, and the result is checked with
     ``relax.analysis.well_formed``.
+
+    ``kernel_cache`` chooses the persistent kernel cache: ``None`` (the default) uses
+    ``$FOLD_GUARD_CACHE_DIR`` or ``~/.cache/fold_guard`` (``FOLD_GUARD_CACHE_DIR=off`` disables
+    it), ``False`` disables it, a path relocates it. Kernels found there are loaded instead of
+    compiled (``report.kernels_cached``); see :mod:`fold_guard.relax._kernel_cache`.
 
     Examples
     --------
@@ -118,10 +126,10 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     ['folded', 'kept by barrier', 'not constant']
     """
     with isolated_pass_context():
-        return _fold(mod, policy, strict)
+        return _fold(mod, policy, strict, kernel_cache)
 
 
-def _fold(mod: tvm.IRModule, policy: PolicySpec, strict: bool) -> FoldResult:
+def _fold(mod: tvm.IRModule, policy: PolicySpec, strict: bool, kernel_cache: CacheSetting) -> FoldResult:
     timer = StepTimer()
     lowered, kernels, graph, resolved = analyse(mod, policy, timer)
     if strict and not relax.analysis.check_well_formed(mod):
@@ -136,7 +144,7 @@ def _fold(mod: tvm.IRModule, policy: PolicySpec, strict: bool) -> FoldResult:
     timer.lap("plan")
     # Step 4. Compile every kernel the plan needs, once.
     needed = [kernels.kernels[d.node] for d in fold_plan.folded if d.node in kernels.kernels]
-    library = KernelLibrary(needed)
+    library = KernelLibrary(needed, resolve_cache(kernel_cache, KernelLibrary.TARGET) if needed else None)
     library.build()
     timer.lap("compile")
     # Step 5. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
@@ -159,7 +167,8 @@ def _fold(mod: tvm.IRModule, policy: PolicySpec, strict: bool) -> FoldResult:
         fold_plan,
         constant_bytes_before=_constant_bytes(mod),
         constant_bytes_after=_constant_bytes(new_mod),
-        kernels_compiled=library.size,
+        kernels_compiled=library.compiled,
+        kernels_cached=library.cached,
         seconds=dict(timer.seconds),
     )
     logger.info("fold_guard.relax.FoldConstant: %s", report.explain(verbose=False))
@@ -210,15 +219,18 @@ class _FoldConstantPass:
     #: Who implements the pass, for users who look (its PassInfo carries the stock name).
     implementation = "fold_guard.relax.FoldConstant"
 
-    def __init__(self, policy, strict: bool) -> None:
+    def __init__(self, policy, strict: bool, kernel_cache: CacheSetting) -> None:
         self.policy = policy
         self.strict = strict
+        self.kernel_cache = kernel_cache
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return fold(mod, policy=self.policy, strict=self.strict).mod
+        return fold(mod, policy=self.policy, strict=self.strict, kernel_cache=self.kernel_cache).mod
 
 
-def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm.transform.Pass:  # noqa: N802
+def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
+    policy: PolicySpec = "default", *, strict: bool = False, kernel_cache: CacheSetting = None
+) -> tvm.transform.Pass:
     """fold_guard's drop-in for ``relax.transform.FoldConstant``.
 
     Parameters
@@ -232,6 +244,9 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
         Raise :class:`~fold_guard.FoldNotPossibleError` when a ``fold_allow`` cannot fold or an
         evaluation fails, instead of keeping the call and reporting why. Off by default, like the
         stock pass, which silently skips what it cannot evaluate.
+    kernel_cache : None, False, or a path
+        The persistent kernel cache (see :func:`fold`): on by default, so a second fold of the
+        same or a similarly built model compiles nothing.
 
     Returns
     -------
@@ -278,4 +293,4 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
     >>> folding.info.name, folding.implementation, folding.policy.name
     ('FoldConstant', 'fold_guard.relax.FoldConstant', 'keep-qdq-weights')
     """
-    return _FoldConstantPass(resolve_policy(policy), bool(strict))
+    return _FoldConstantPass(resolve_policy(policy), bool(strict), kernel_cache)
