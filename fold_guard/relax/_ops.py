@@ -56,13 +56,23 @@ def _legalize_to_operand(_builder: Any, call: relax.Call) -> relax.Expr:
 VIEW_BUILTIN = "vm.builtin.reshape"
 
 
-def _lower_barrier_to_view(_builder: Any, call: relax.Call) -> relax.Expr:
+#: Reads a tensor's shape at run time, for a barrier whose operand's type does not give it.
+SHAPE_OF_BUILTIN = "vm.builtin.shape_of"
+
+
+def _lower_barrier_to_view(builder: Any, call: relax.Call) -> relax.Expr:
     operand = call.args[0]
     ty = _compat.type_of(operand)
-    if isinstance(ty, _compat.TensorType) and ty.shape is not None:
-        return relax.Call(relax.ExternFunc(VIEW_BUILTIN), [operand, ty.shape], ty_args=[ty])
-    # Shapes, prim values and tuples have no VM kill scheduled that needs a register.
-    return operand
+    if not isinstance(ty, _compat.TensorType):
+        # Shapes, prim values and tuples: KillAfterLastUse schedules no tensor kill for them.
+        return operand
+    shape = ty.shape
+    if shape is None:
+        ndim = getattr(ty, "ndim", -1)
+        shape = builder.emit(
+            relax.Call(relax.ExternFunc(SHAPE_OF_BUILTIN), [operand], ty_args=[relax.ShapeType(ndim=ndim)])
+        )
+    return relax.Call(relax.ExternFunc(VIEW_BUILTIN), [operand, shape], ty_args=[ty])
 
 
 def _is_registered(name: str) -> bool:

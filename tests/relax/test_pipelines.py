@@ -437,3 +437,35 @@ def test_instruments_see_the_same_passes_as_with_stock():
         seen[folder] = instrument.names
     assert seen["fold_guard"] == seen["stock"]
     assert "LegalizeOps" not in seen["fold_guard"]
+
+
+def test_barriers_over_run_time_tensors_of_any_shape_build_and_run():
+    """A view needs a shape: static, symbolic, or (ndim only) read at run time; the operand lives on."""
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    @I.ir_module
+    class Symbolic:
+        @R.function
+        def main(x: R.Tensor(("n", 4), "float32")):
+            with R.dataflow():
+                b = R.fold_barrier(x)
+                y = R.add(b, b)
+                R.output(y)
+            return y
+
+    @I.ir_module
+    class NdimOnly:
+        @R.function
+        def main(x: R.Tensor(ndim=2, dtype="float32")):
+            b = R.fold_barrier(x)
+            both = (b, x)  # x is used after the barrier's last use: its register must survive
+            return both
+
+    x = np.arange(12, dtype="float32").reshape(3, 4)
+    vm = relax.VirtualMachine(tvm.compile(Symbolic, target="llvm"), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), x + x)
+    vm = relax.VirtualMachine(tvm.compile(NdimOnly, target="llvm"), tvm.cpu())
+    first, second = vm["main"](tvm.runtime.tensor(x))
+    np.testing.assert_array_equal(first.numpy(), x)
+    np.testing.assert_array_equal(second.numpy(), x)
