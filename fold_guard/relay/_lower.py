@@ -17,8 +17,8 @@ It also rewrites independently of folding: a let-bound constant is inlined, ``(a
 whether a value is a constant or a tuple: ``on_device(<const>)`` is a constant, and the
 annotation stays in place (a let-bound one is inlined with it, ``on_device((a, b)).0`` becomes
 ``on_device(a)``). Here such an ``on_device`` is no node at all: its value is its operand's.
-This module mirrors all of that as data (:class:`Source` per value, one :class:`FoldNode` per op call) so the planner
-decides and ``_rewrite`` applies; it never changes the module.
+This module mirrors all of that as data (:class:`Source` per value, one :class:`FoldNode` per op
+call) so the planner decides and ``_rewrite`` applies; it never changes the module.
 
 The walk is iterative: Relay graphs of a few hundred blocks are deeper than Python's recursion
 limit.

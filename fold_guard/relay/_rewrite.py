@@ -55,7 +55,7 @@ def _rebuild(
     """Stock's rewrites of ``expr`` (operands already rebuilt in ``new``), else a plain rebuild."""
     if isinstance(expr, relay.Var):
         bound = let_value.get(expr)
-        if bound is not None and _ignoring_on_device(new[bound], relay.Constant) is not None:
+        if bound is not None and _is_simple_constant(new[bound]):
             return new[bound]  # stock inlines a let-bound constant, with its on_device
         return expr
     if isinstance(expr, relay.Call):
