@@ -11,7 +11,7 @@ limit) and never mutates its input.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import tvm
 from tvm import relay
@@ -81,8 +81,11 @@ def _rebuild(
     return _rebuild_plain(expr, new)
 
 
-def _is_fully_unconstrained(device: tvm.target.VirtualDevice) -> bool:
-    """No device, target or memory scope: what ``on_device`` holds when it constrains nothing."""
+def _is_fully_unconstrained(device: Any) -> bool:
+    """No device, target or memory scope: what ``on_device`` holds when it constrains nothing.
+
+    ``device`` is a ``tvm.target.VirtualDevice`` (typed Any: TVM builds without Relay lack it).
+    """
     return (
         int(device.device_type_int) < 0
         and int(device.virtual_device_id) < 0

@@ -7,13 +7,27 @@ CanonicalizeOps) and then run the stock ``FoldConstant`` on the result, so witho
 layout). ``fold_barrier`` is stateful to stock folding, so what is under it is never evaluated at
 build time: the built artefact holds the barrier's int8 constant byte for byte (graph executor:
 ``lib.get_params()``; VM: the executable's constants), and the computation it fed runs at run
-time instead, to bit-identical outputs. ``fold_allow`` left in a module (nothing could fold, or
-the module is built before fold_guard's pass ran) is an ordinary identity op there.
+time instead, to bit-identical outputs on every module here. ``fold_allow`` left in a module
+(nothing could fold, or the module is built before fold_guard's pass ran) is an identity op there.
+Either annotation is still a call of its own: an algebraic rewrite of the build whose pattern
+spans it no longer matches, which can change float rounding
+(:func:`test_fold_allow_that_could_not_fold_builds_and_runs` shows one).
 
-Measured (this file prints nothing; the README's "Inside a build pipeline" has the numbers):
+Measured on hhb-tvm 3.2.3 (sizes of the built params of rank >= 2, the weights among them):
 hand-written ``nn.dense(x, qnn.dequantize(W))`` builds with one float32 ``(1, 16, 8)`` param
-(512 bytes), with a barrier on W with the int8 ``(8, 16)`` W (128 bytes); ``qnn.dense(x, W)``
-with an int16 ``(1, 16, 8)`` param (256 bytes), with a barrier the int8 W.
+(512 bytes), with a barrier on W with the int8 ``(8, 16)`` W itself (128 bytes); ``qnn.dense(x,
+W)`` with an int16 ``(1, 16, 8)`` param (256 bytes), with a barrier the int8 W. The QDQ CNN after
+``annotate`` and fold_guard's fold builds with 34728 bytes of float32 weights and biases, with
+barriers on its 5 int8 weights with those 8600 bytes of int8 and 5616 bytes of the rest; after
+FQ2I with 17200 bytes of int16 weights, with barriers with the 8600 bytes of int8. The barrier
+does not always make the build smaller: the transformer block's weights are dequantized per
+output channel on axis 1, and the build folds that scale broadcast to the weight's shape, so its
+barrier build holds the int8 weights (8192 bytes) and a float32 scale tensor as large as each
+weight (32768 bytes in all, what the float32 weights took without barriers).
+
+``annotate`` places no barrier on Relay (stock ``FoldConstant()`` keeps every QNN op, so no
+policy keep needs one): the model tests put the barriers on the int8 weights themselves
+(:func:`barrier_on_int8_weights`), as a backend that wants them int8 in the build would.
 """
 
 from __future__ import annotations
