@@ -12,9 +12,13 @@ operands, a constant or a tuple of constants; except that
 * nothing inside a ``Primitive`` function folds, and calls of functions are never evaluated.
 
 It also rewrites independently of folding: a let-bound constant is inlined, ``(a, b).0`` becomes
-``a``, and an ``If`` on a constant condition becomes the chosen branch. This module mirrors all
-of that as data (:class:`Source` per value, one :class:`FoldNode` per op call) so the planner
-decides and ``_rewrite`` applies; it never changes the module.
+``a``, and an ``If`` on a constant condition becomes the chosen branch. It looks through one
+``on_device`` annotation (PlanDevices' device hint, identity at run time) wherever it asks
+whether a value is a constant or a tuple: ``on_device(<const>)`` is a constant, and the
+annotation stays in place (a let-bound one is inlined with it, ``on_device((a, b)).0`` becomes
+``on_device(a)``). Here such an ``on_device`` is no node at all: its value is its operand's.
+This module mirrors all of that as data (:class:`Source` per value, one :class:`FoldNode` per op
+call) so the planner decides and ``_rewrite`` applies; it never changes the module.
 
 The walk is iterative: Relay graphs of a few hundred blocks are deeper than Python's recursion
 limit.
@@ -48,12 +52,14 @@ __all__ = [
     "is_primitive",
     "is_true",
     "lower_relay",
+    "on_device_body",
     "postorder",
 ]
 
 _SHAPE_OPS = ("shape_of", "vm.shape_of")
 _NDARRAY_SIZE_OP = "ndarray_size"
 _DEVICE_COPY_OP = "device_copy"
+ON_DEVICE_OP = "on_device"
 # Function attributes under which stock function passes leave a global function alone.
 _EXTERNAL_ATTRS = ("Compiler", "Extern", "SkipOptimization")
 
@@ -189,6 +195,17 @@ def postorder(root: relay.Expr, kids: Callable[[relay.Expr], Sequence[relay.Expr
                 stack.append((child, False))
 
 
+def on_device_body(expr: relay.Expr) -> Optional[relay.Expr]:
+    """The operand of ``expr`` when it is an ``on_device`` call, else None.
+
+    Stock folding looks through exactly one such annotation (``AsIgnoringOnDevice``):
+    ``on_device(on_device(<const>))`` is not a constant to it, and so not to us.
+    """
+    if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == ON_DEVICE_OP:
+        return expr.args[0] if len(expr.args) == 1 else None
+    return None
+
+
 def _short(expr: relay.Expr, limit: int = 160) -> str:
     text = " ".join(str(expr).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -279,7 +296,9 @@ class _Lowerer:
                 self.sources[param] = RuntimeSource(param.name_hint)
         if isinstance(expr, relay.Let):
             self.let_value[expr.var] = expr.value
-            self.let_name.setdefault(expr.value, expr.var.name_hint)
+            # ``let %t = on_device(add(...))``: the add is what %t names.
+            named = _looked_through(expr.value)
+            self.let_name.setdefault(expr.value if named is None else named, expr.var.name_hint)
         return children(expr)
 
     def _source_of(self, function: str, expr: relay.Expr) -> Source:
@@ -316,6 +335,9 @@ class _Lowerer:
                 self.conditions[expr] = cond
             return RuntimeSource("if")
         if isinstance(expr, relay.Call):
+            body = _looked_through(expr)
+            if body is not None:
+                return self.sources[body]  # a device hint: its value is its operand's
             if isinstance(expr.op, tvm.ir.Op):
                 return self._lower_call(function, expr)
             return RuntimeSource(f"call of {_short(expr.op, 40)}")
@@ -427,6 +449,16 @@ class _Lowerer:
             info = outputs[index] if index < len(outputs) and (source.index is not None or len(outputs) == 1) else None
             return [NodeInput(InputKind.NODE, self.nodes[source.node].label, info, source.node)]
         return [NodeInput(InputKind.RUNTIME, source.label)]
+
+
+def _looked_through(expr: relay.Expr) -> Optional[relay.Expr]:
+    """The operand of an ``on_device`` that stock folding sees through (one level), else None.
+
+    In ``on_device(on_device(x))`` only the inner one is seen through; the outer one is an
+    ordinary call of a non-computational op, which never folds.
+    """
+    body = on_device_body(expr)
+    return body if body is not None and on_device_body(body) is None else None
 
 
 def _constant_info(constant: relay.Constant) -> TensorInfo:

@@ -14,6 +14,7 @@ from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.report import FoldReport, FoldResult, StepTimer
+from .._pass_context import PASS_NAME, isolated_pass_context
 from ._evaluate import Values, evaluate_plan, materialize
 from ._lower import LoweredModule, foldable_functions, is_true, lower_relay, postorder
 from ._rewrite import remap_global_vars, rewrite_function
@@ -63,7 +64,17 @@ def module_like(mod: tvm.IRModule, functions: Mapping[relay.GlobalVar, tvm.ir.Ba
     return new_mod
 
 
-def _infer_types(mod: tvm.IRModule, what: str) -> tvm.IRModule:
+def _infer_types(mod: tvm.IRModule, what: str, *, visible: bool) -> tvm.IRModule:
+    """``InferType()(mod)``; ``visible`` says whether the caller's pass instruments may see it.
+
+    Stock ``FoldConstant`` is a FunctionPass, which re-types its result with one ``InferType``
+    run in the caller's PassContext: instruments see that one nested inside ``FoldConstant``,
+    and nothing else. Typing our detached copy of the input has no counterpart in stock, so it
+    runs out of their sight.
+    """
+    if not visible:
+        with isolated_pass_context():
+            return _infer_types(mod, what, visible=True)
     # TVM reports type errors as diagnostics printed to stderr and raises a generic "error
     # diagnostics were emitted"; collect them so the exception itself names what is wrong.
     messages: List[str] = []
@@ -98,7 +109,7 @@ class Analysis:
 def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: StepTimer) -> Analysis:
     """Check and type a copy of ``mod``, then lower the functions to fold."""
     policy = resolve_policy(policy_spec)
-    typed = _infer_types(_detached_copy(_check_module(mod)), "the input module")
+    typed = _infer_types(_detached_copy(_check_module(mod)), "the input module", visible=False)
     # Step 1. Describe every op call of the functions to fold, as stock folding sees it.
     selected = foldable_functions(typed, functions)
     lowered = lower_relay(typed, selected)
@@ -215,7 +226,7 @@ def fold(
         raise_if_not_possible(fold_plan)
     # Step 4. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
     new_mod = _rewrite_module(typed, lowered, fold_plan, values)
-    new_mod = _infer_types(new_mod, "fold_guard's output (please report this)")
+    new_mod = _infer_types(new_mod, "fold_guard's output (please report this)", visible=True)
     timer.lap("rewrite")
     report = FoldReport(
         fold_plan,
@@ -224,7 +235,7 @@ def fold(
         seconds=dict(timer.seconds),
         evaluation_runs=runs,
     )
-    logger.info("%s", report.explain(verbose=False))
+    logger.info("%s: %s", IMPLEMENTATION, report.explain(verbose=False))
     modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
     return FoldResult(new_mod, modified, fold_plan, report)
 
@@ -274,8 +285,18 @@ def _constant_bytes(mod: tvm.IRModule) -> int:
     return total
 
 
-@tvm.transform.module_pass(opt_level=0, name="fold_guard.FoldConstant")
+#: Who implements the pass, for users who look: its PassInfo carries the stock pass's name.
+IMPLEMENTATION = "fold_guard.relay.FoldConstant"
+
+#: Stock Relay ``FoldConstant`` is a function pass at opt_level 2: a Sequential under a
+#: PassContext with a lower opt_level skips both alike.
+STOCK_OPT_LEVEL = 2
+
+
+@tvm.transform.module_pass(opt_level=STOCK_OPT_LEVEL, name=PASS_NAME)
 class _FoldConstantPass:
+    implementation = IMPLEMENTATION
+
     def __init__(self, policy: FoldPolicy, strict: bool, functions: Optional[Tuple[str, ...]]) -> None:
         self.policy = policy
         self.strict = strict
@@ -313,7 +334,13 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     Returns
     -------
     tvm.transform.Pass
-        A module pass named ``fold_guard.FoldConstant``.
+        A module pass registered like the stock one, as ``FoldConstant`` at opt_level 2, so
+        ``PassContext(disabled_pass=["FoldConstant"])``, ``required_pass`` and ``opt_level``
+        gating treat both alike. ``.implementation`` says ``"fold_guard.relay.FoldConstant"``
+        (the INFO log line starts with it) and ``.policy`` names the policy. A pass instrument
+        sees what stock shows: ``FoldConstant`` with one ``InferType`` nested in it (the
+        re-typing of the result); the typing of the input copy and the evaluation's own passes
+        run out of its sight, as stock's evaluation does.
 
     Raises
     ------
@@ -344,8 +371,9 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
         %y = qnn.dense(%x, W_int8, ...)
 
     >>> import fold_guard.relay as fgr
-    >>> fgr.FoldConstant("fold-qnn").info.name
-    'fold_guard.FoldConstant'
+    >>> folding = fgr.FoldConstant("fold-qnn")
+    >>> folding.info.name, folding.info.opt_level, folding.implementation, folding.policy.name
+    ('FoldConstant', 2, 'fold_guard.relay.FoldConstant', 'fold-qnn')
     """
     names = None if functions is None else tuple(functions)
     return _FoldConstantPass(resolve_policy(policy), bool(strict), names)

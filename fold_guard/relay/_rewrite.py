@@ -2,21 +2,24 @@
 
 Folded calls become their values. Independently of the plan, and exactly as stock does, a
 let-binding whose value became a constant is inlined and dropped, ``TupleGetItem`` of a literal
-tuple becomes the field, and an ``If`` on a constant condition becomes the chosen branch.
+tuple becomes the field, and an ``If`` on a constant condition becomes the chosen branch. Each
+of these looks through one ``on_device`` and keeps it: a let-bound ``on_device(<const>)`` is
+inlined whole, ``on_device((a, b)).0`` becomes ``on_device(a)`` (stock's ``MaybeOnDevice``).
 Primitive functions are left alone. The walk is iterative (deep graphs exceed Python's recursion
 limit) and never mutates its input.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Mapping, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import tvm
 from tvm import relay
 
 from .._core.planner import FoldPlan
 from ._lower import children as expr_children
-from ._lower import is_true, postorder
+from ._lower import is_true, on_device_body, postorder
+from ._ops import FOLD_ALLOW_OP, is_annotation
 
 __all__ = ["rewrite_function"]
 
@@ -52,25 +55,74 @@ def _rebuild(
     """Stock's rewrites of ``expr`` (operands already rebuilt in ``new``), else a plain rebuild."""
     if isinstance(expr, relay.Var):
         bound = let_value.get(expr)
-        if bound is not None and isinstance(new[bound], relay.Constant):
-            return new[bound]  # stock inlines a let-bound constant
+        if bound is not None and _is_simple_constant(new[bound]):
+            return new[bound]  # stock inlines a let-bound constant, with its on_device
         return expr
     if isinstance(expr, relay.Call):
         node = node_of_call.get(expr)
         if node is not None and plan.folds(node):
+            operand = new[expr.args[0]] if is_annotation(expr, FOLD_ALLOW_OP) else None
+            if operand is not None and on_device_body(operand) is not None and _is_simple_constant(operand):
+                return operand  # fold_allow(on_device(<const>)): the allow goes, the device hint stays
             return values[node]
     elif isinstance(expr, relay.TupleGetItem):
         tup = new[expr.tuple_value]
-        if isinstance(tup, relay.Tuple):
-            return tup.fields[expr.index]
+        fields = _ignoring_on_device(tup, relay.Tuple)
+        if fields is not None:
+            field = fields.fields[expr.index]
+            return field if isinstance(tup, relay.Tuple) else _maybe_on_device(field, tup)
     elif isinstance(expr, relay.Let):
-        if isinstance(new[expr.value], relay.Constant):
+        if _is_simple_constant(new[expr.value]):
             return new[expr.body]  # the binding was inlined at every use
     elif isinstance(expr, relay.If):
-        cond = new[expr.cond]
-        if isinstance(cond, relay.Constant):
+        cond = _ignoring_on_device(new[expr.cond], relay.Constant)
+        if cond is not None:
             return new[expr.true_branch] if is_true(cond) else new[expr.false_branch]
     return _rebuild_plain(expr, new)
+
+
+def _is_fully_unconstrained(device: Any) -> bool:
+    """No device, target or memory scope: what ``on_device`` holds when it constrains nothing.
+
+    ``device`` is a ``tvm.target.VirtualDevice`` (typed Any: TVM builds without Relay lack it).
+    """
+    return (
+        int(device.device_type_int) < 0
+        and int(device.virtual_device_id) < 0
+        and device.target is None
+        and not str(device.memory_scope)
+    )
+
+
+def _ignoring_on_device(expr: relay.Expr, kind: type) -> Optional[relay.Expr]:
+    """``expr``, or the operand of ``on_device(expr)``, when it is a ``kind`` (stock's ``AsIgnoringOnDevice``)."""
+    if isinstance(expr, kind):
+        return expr
+    body = on_device_body(expr)
+    return body if isinstance(body, kind) else None
+
+
+def _is_simple_constant(expr: relay.Expr) -> bool:
+    return _ignoring_on_device(expr, relay.Constant) is not None
+
+
+def _maybe_on_device(body: relay.Expr, annotation: relay.Call) -> relay.Expr:
+    """``body`` under the device constraint of ``annotation``, as stock's ``MaybeOnDevice`` puts it.
+
+    No annotation where the device is unconstrained or recoverable from elsewhere (variables,
+    functions, ops); two nested annotations merge into one.
+    """
+    attrs = annotation.attrs
+    device, constrain_result, constrain_body = attrs.virtual_device, bool(attrs.constrain_result), bool(attrs.constrain_body)
+    if _is_fully_unconstrained(device) or isinstance(body, (tvm.ir.Op, relay.GlobalVar, relay.Var, relay.Function)):
+        return body
+    inner_body = on_device_body(body)
+    if inner_body is not None:
+        inner = body.attrs
+        constrain_inner = bool(inner.constrain_body)
+        device = device if (constrain_inner or constrain_result) else inner.virtual_device
+        return relay.op.annotation.on_device(inner_body, device, constrain_result, constrain_inner)
+    return relay.op.annotation.on_device(body, device, constrain_result, constrain_body)
 
 
 def substitute_calls(func: relay.Function, wrap: Mapping[relay.Call, Callable[[relay.Expr], relay.Expr]]) -> relay.Function:
