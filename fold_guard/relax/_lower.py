@@ -156,6 +156,8 @@ def _lower_seq(
                 env[var] = _OPAQUE
                 continue
             value = binding.value
+            _check_annotation(scope, label, value)
+            _check_normalized(scope, label, value)
             if _compat.is_constant(value):
                 env[var] = _Env("const", value=value)
             elif isinstance(value, relax.Var):
@@ -177,6 +179,33 @@ def _lower_seq(
                     inner.update({p: _OPAQUE for p in value.params})
                     _lower_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
                 env[var] = _OPAQUE
+
+
+def _check_annotation(scope: str, label: str, value: relax.Expr) -> None:
+    """Refuse a malformed annotation (first: a hand-built one is usually not normalized either)."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
+        return
+    op_name = value.op.name
+    if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and len(value.args) != 1:
+        raise UnsupportedIRError(f"function {scope}: {label} = {op_name} has {len(value.args)} operands, expected 1")
+
+
+def _check_normalized(scope: str, label: str, value: relax.Expr) -> None:
+    """Refuse a binding whose value (or an argument of it) has no type yet.
+
+    Normalizing it here would not help: TVM's normalizer writes the types it infers into the
+    existing nodes, which are the caller's, so the caller's module would change.
+    """
+    parts = [value] + (list(value.args) if isinstance(value, relax.Call) else [])
+    if all(_compat.has_type(part) for part in parts):
+        return
+    what = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else type(value).__name__
+    raise PreconditionError(
+        f"function {scope}: {label} = {what}(...) has no type yet, so the body is not normalized "
+        "(it was built around relax.Call objects outside a BlockBuilder); fold_guard does not "
+        "normalize it itself, because TVM's normalizer writes types into the caller's nodes. "
+        "Hint: run relax.transform.Normalize() first"
+    )
 
 
 def _lower_call(
@@ -215,10 +244,6 @@ def _lower_call(
     else:
         display = op_name
         if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
-            if len(call.args) != 1:
-                raise UnsupportedIRError(
-                    f"function {scope}: {label} = {op_name} has {len(call.args)} operands, expected 1"
-                )
             annotation = Annotation.BARRIER if op_name == FOLD_BARRIER_OP else Annotation.ALLOW
             site.kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
         else:
