@@ -12,10 +12,11 @@ register their policy once, and any API that takes a policy then accepts its nam
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import PreconditionError, UnknownPolicyError
+from .errors import PolicyRuleError, PreconditionError, UnknownPolicyError
 from .graph import FoldGraph, FoldNode, InputKind, TensorInfo
 from .reasons import Action
 from .uses import GraphUses
@@ -131,8 +132,47 @@ class Rule:
     description: str
     matches: Callable[[CallView], bool]
 
+    def __post_init__(self) -> None:
+        # Checked here, not when the rule first matches: a string action ("fold") would otherwise
+        # silently act as a keep, and the report would blame the policy for it.
+        if not isinstance(self.name, str) or not self.name:
+            raise PreconditionError(f"a Rule needs a non-empty string name, got {self.name!r}")
+        if not isinstance(self.action, Action):
+            raise PreconditionError(
+                f"rule {self.name!r}: action must be Action.FOLD or Action.KEEP, got "
+                f"{type(self.action).__name__} {self.action!r}; hint: from fold_guard import Action"
+            )
+        if not callable(self.matches):
+            raise PreconditionError(
+                f"rule {self.name!r}: matches must be a callable taking a CallView and returning "
+                f"a bool, got {type(self.matches).__name__} {self.matches!r}"
+            )
+
     def __str__(self) -> str:
         return f"{self.name} ({self.action.value}): {self.description}"
+
+    def applies_to(self, call: CallView, policy_name: str) -> bool:
+        """Whether the rule matches ``call``; a predicate that raises or is not boolean is an error.
+
+        A user's predicate is arbitrary code, so its failures are turned into a
+        :class:`PolicyRuleError` naming the policy, the rule and the call (a bare
+        ``ZeroDivisionError`` from deep inside a pass names none of them). Only ``bool`` (and
+        NumPy's 0-d boolean) counts as an answer: ``"no"`` is truthy and an array has no truth
+        value, so either would decide by accident.
+        """
+        where = f"policy {policy_name!r}, rule {self.name!r}, on {call.node.function}: {call.node.label} = {call.op}"
+        try:
+            answer = self.matches(call)
+        except Exception as err:  # noqa: BLE001 - re-raised as PolicyRuleError, chained
+            raise PolicyRuleError(f"{where}: the predicate raised {type(err).__name__}: {err}") from err
+        if isinstance(answer, bool):
+            return answer
+        if getattr(answer, "shape", None) == () and str(getattr(answer, "dtype", "")) == "bool":
+            return bool(answer)  # a NumPy bool scalar, e.g. from np.all(...)
+        raise PolicyRuleError(
+            f"{where}: the predicate returned {type(answer).__name__} {answer!r:.60}, not a bool; "
+            "hint: return True (the rule applies) or False"
+        )
 
 
 @dataclass(frozen=True)
@@ -149,10 +189,21 @@ class FoldPolicy:
     description: str
     rules: Tuple[Rule, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.rules, tuple) or not all(isinstance(rule, Rule) for rule in self.rules):
+            bad = self.rules if not isinstance(self.rules, tuple) else next(r for r in self.rules if not isinstance(r, Rule))
+            raise PreconditionError(
+                f"policy {self.name!r}: rules must be a tuple of Rule objects, got "
+                f"{type(bad).__name__} {bad!r:.60}; hint: rules=(Rule(name, Action.KEEP, description, predicate),)"
+            )
+
     def decide(self, call: CallView) -> Optional[Tuple[Action, Rule]]:
-        """The action and the rule that chose it, or None when no rule has an opinion."""
+        """The action and the rule that chose it, or None when no rule has an opinion.
+
+        Raises :class:`PolicyRuleError` when a rule's predicate raises or does not return a bool.
+        """
         for rule in self.rules:
-            if rule.matches(call):
+            if rule.applies_to(call, self.name):
                 return rule.action, rule
         return None
 
@@ -192,6 +243,11 @@ def _is_dequantize_of_integer(call: CallView) -> bool:
     return dtype.startswith("int") or dtype.startswith("uint")
 
 
+def _is_real(value: object) -> bool:
+    """An int or float, not a bool (``True`` is an int in Python, but never meant as a size)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def size_guard(
     growth_factor: float = DEFAULT_GROWTH_FACTOR,
     *,
@@ -208,10 +264,10 @@ def size_guard(
     >>> guard.rules[0].name
     'size-guard'
     """
-    if not growth_factor > 0:
-        raise PreconditionError(f"size_guard growth_factor must be > 0, got {growth_factor!r}")
-    if min_result_bytes < 0:
-        raise PreconditionError(f"size_guard min_result_bytes must be >= 0, got {min_result_bytes!r}")
+    if not _is_real(growth_factor) or not growth_factor > 0:
+        raise PreconditionError(f"size_guard growth_factor must be a number > 0, got {growth_factor!r}")
+    if not _is_real(min_result_bytes) or min_result_bytes < 0:
+        raise PreconditionError(f"size_guard min_result_bytes must be a number >= 0, got {min_result_bytes!r}")
 
     def grows_too_much(call: CallView) -> bool:
         result = call.result_nbytes

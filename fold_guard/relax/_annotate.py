@@ -13,12 +13,14 @@ from .._core.graph import Annotation
 from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, PolicySpec
 from .._core.report import StepTimer
+from .._serial import serialized
 from ._ops import fold_allow, fold_barrier
 from ._pass import analyse
 
 __all__ = ["annotate"]
 
 
+@serialized
 def annotate(mod: tvm.IRModule, policy: PolicySpec = "qdq-accelerator") -> Annotated:
     """Place the annotations that make any later fold follow ``policy``; return them with the module.
 

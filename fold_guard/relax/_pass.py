@@ -17,6 +17,7 @@ from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.reasons import Reason
 from .._core.report import FoldReport, FoldResult, StepTimer
+from .._serial import serialized
 from . import _compat
 from ._evaluate import evaluate_plan
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
@@ -65,6 +66,7 @@ def _with_kernel_facts(node: FoldNode, kernels: KernelSet) -> FoldNode:
     return node
 
 
+@serialized
 def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
     """Decide what :func:`FoldConstant` would fold in ``mod``, without compiling or changing anything.
 
@@ -90,6 +92,7 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
     return plan_folds(graph, resolved)
 
 
+@serialized
 def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
 

@@ -14,6 +14,7 @@ from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.report import FoldReport, FoldResult, StepTimer
+from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
 from ._lower import LoweredModule, foldable_functions, is_true, lower_relay, postorder
 from ._rewrite import remap_global_vars, rewrite_function
@@ -133,6 +134,7 @@ def _plan_and_evaluate(
     return fold_plan, values, runs
 
 
+@serialized
 def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Optional[Iterable[str]] = None) -> FoldPlan:
     """Decide what :func:`FoldConstant` would fold in ``mod``, without evaluating or changing anything.
 
@@ -155,6 +157,7 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Option
     return plan_folds(FoldGraph(analysis.lowered.nodes), analysis.policy)
 
 
+@serialized
 def fold(
     mod: tvm.IRModule,
     *,

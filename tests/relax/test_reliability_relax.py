@@ -141,3 +141,60 @@ def test_unnormalized_module_is_refused_and_untouched(entry):
     # Normalized, the same module folds as stock folds it.
     normalized = relax.transform.Normalize()(mod)
     assert tvm_ffi.structural_equal(fgr.fold(normalized).mod, relax.transform.FoldConstant()(normalized))
+
+
+def _qdq_module(rows: int) -> tvm.IRModule:
+    """``matmul(x, dequantize(quantize(W)))`` plus an exp: a few kernels, distinct per ``rows``."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, rows), "float32"))
+    weight = relax.const(np.linspace(-1, 1, rows * 4, dtype="float32").reshape(rows, 4))
+    scale, zero = relax.const(np.float32(0.01)), relax.const(np.int8(0))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            q = bb.emit(relax.op.quantize(weight, scale, zero, axis=0, out_dtype="int8"))
+            w = bb.emit(relax.op.dequantize(q, scale, zero, axis=0, out_dtype="float32"))
+            e = bb.emit(relax.op.exp(w))
+            y = bb.emit_output(relax.op.matmul(x, e))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def test_eight_threads_fold_like_one():
+    """Eight threads folding at once (four distinct modules, and one module shared by four
+    threads) give the sequential results and no error. Before the fix they failed intermittently
+    (``InternalError: no definition of I.GlobalVar("quantize")``, ``AssertionError``): TVM's
+    BlockBuilder stack and TE op-tag scope are process-global. fold_guard now serialises its own
+    TVM work behind one lock (fold_guard/_serial.py)."""
+    import concurrent.futures
+
+    distinct = [_qdq_module(rows) for rows in (3, 5, 6, 7)]
+    shared = _qdq_module(9)
+    work = distinct + [shared] * 4
+    entries = [
+        lambda mod: fgr.fold(mod, policy="keep-qdq-weights").mod,
+        lambda mod: fgr.FoldConstant()(mod),
+        lambda mod: fgr.annotate(mod, "keep-qdq-weights").mod,
+    ]
+    for entry in entries:
+        expected = [entry(mod) for mod in work]
+        saved = [tvm.ir.save_json(mod) for mod in work]
+        for _ in range(2):
+            with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+                results = list(pool.map(entry, work))
+            for got, want in zip(results, expected):
+                tvm.ir.assert_structural_equal(got, want)
+        assert [tvm.ir.save_json(mod) for mod in work] == saved
+
+
+def test_raising_policy_rule_through_the_pass_names_policy_rule_and_call():
+    """Through the module pass, a raising predicate came back as a bare RuntimeError naming
+    nothing; now it is a PolicyRuleError (registered with the FFI, so its class survives)."""
+    rule = fold_guard.Rule("keep-exp", fold_guard.Action.KEEP, "exp stays", lambda call: 1 / 0)
+    policy = fold_guard.FoldPolicy("my-npu", "a backend's policy", (rule,))
+    mod = _qdq_module(3)
+    saved = tvm.ir.save_json(mod)
+    message = r"policy 'my-npu', rule 'keep-exp', on main: lv = relax.quantize: the predicate raised ZeroDivisionError"
+    for entry in (lambda m: fgr.FoldConstant(policy)(m), lambda m: fgr.fold(m, policy=policy), lambda m: fgr.plan(m, policy)):
+        with pytest.raises(fold_guard.PolicyRuleError, match=message):
+            entry(mod)
+    assert tvm.ir.save_json(mod) == saved
