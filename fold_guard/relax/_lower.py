@@ -26,7 +26,7 @@ from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
 from .._core.reasons import Reason
 from . import _compat
-from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
 
 __all__ = ["SiteKind", "CallSite", "LoweredModule", "StaticShapeVar", "lower_relax", "STOCK_MAX_CREATION_ELEMENTS"]
 
@@ -188,6 +188,9 @@ def _check_annotation(scope: str, label: str, value: relax.Expr) -> None:
     op_name = value.op.name
     if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and len(value.args) != 1:
         raise UnsupportedIRError(f"function {scope}: {label} = {op_name} has {len(value.args)} operands, expected 1")
+    if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and _compat.has_type(value.args[0]):
+        if not isinstance(_compat.type_of(value.args[0]), _compat.TensorType):
+            raise non_tensor_operand_error(op_name, value.args[0], f"function {scope}: {label} = ")
 
 
 def _check_normalized(scope: str, label: str, value: relax.Expr) -> None:

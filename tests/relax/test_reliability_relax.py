@@ -198,3 +198,47 @@ def test_raising_policy_rule_through_the_pass_names_policy_rule_and_call():
         with pytest.raises(fold_guard.PolicyRuleError, match=message):
             entry(mod)
     assert tvm.ir.save_json(mod) == saved
+
+
+def _local_function() -> relax.Function:
+    p = relax.Var("p", relax.TensorType((2,), "float32"))
+    return relax.Function([p], relax.SeqExpr([], p), relax.TensorType((2,), "float32"))
+
+
+NON_TENSORS = {
+    "shape": (lambda: relax.ShapeExpr([4]), "ShapeType"),
+    "prim-value": (lambda: relax.prim_value(3), "PrimType"),
+    "string": (lambda: tvm.ir.StringImm("s"), "StringType"),
+    "tuple": (lambda: relax.Tuple([relax.const(np.ones(2, "float32"))]), "TupleType"),
+    "local-function": (_local_function, "FuncType"),
+}
+
+
+@pytest.mark.parametrize("builder", [fgr.fold_barrier, fgr.fold_allow], ids=["barrier", "allow"])
+@pytest.mark.parametrize("kind", sorted(NON_TENSORS))
+def test_builders_refuse_annotations_on_non_tensors(builder, kind):
+    """The builders accepted a shape, a PrimValue, a StringImm or a local function; then our pass
+    raised IndexError on an allow over them, stock FoldConstant asserted on a barrier over a
+    shape, and a barrier over a string did not build. Only tensors are supported now."""
+    make, type_name = NON_TENSORS[kind]
+    with pytest.raises(fold_guard.UnsupportedIRError, match=rf"fold_(barrier|allow) annotates tensors only, .* is a {type_name}"):
+        builder(make())
+
+
+@pytest.mark.parametrize("op_name", ["relax.fold_barrier", "relax.fold_allow"])
+def test_non_tensor_annotations_are_refused_by_type_inference_and_the_pass(op_name):
+    """A raw ``relax.Call`` of the op gets the same error from the normalizer, and a module
+    holding one (built without the normalizer) gets it from every entry, naming the binding."""
+    annotation = relax.Call(tvm.ir.Op.get(op_name), [relax.ShapeExpr([4])])
+    bb = relax.BlockBuilder()
+    with pytest.raises(fold_guard.UnsupportedIRError, match="annotates tensors only"):
+        with bb.function("main", []):
+            bb.emit_func_output(bb.emit(annotation))
+    s = relax.Var("s", relax.ShapeType([4]))
+    func = relax.Function([], relax.SeqExpr([relax.BindingBlock([relax.VarBinding(s, annotation)])], s), relax.ShapeType([4]))
+    mod = tvm.IRModule({"main": func})
+    saved = tvm.ir.save_json(mod)
+    for entry in (fgr.fold, fgr.plan, lambda m: fgr.FoldConstant()(m)):
+        with pytest.raises(fold_guard.UnsupportedIRError, match=r"function main: s = fold_(barrier|allow) annotates tensors only, but its operand R.shape\(\[4\]\) is a ShapeType"):
+            entry(mod)
+    assert tvm.ir.save_json(mod) == saved
