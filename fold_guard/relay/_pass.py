@@ -16,7 +16,7 @@ from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.report import FoldReport, FoldResult, StepTimer
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
-from ._lower import LoweredModule, foldable_functions, is_true, lower_relay, postorder
+from ._lower import LoweredModule, foldable_functions, function_names, is_true, lower_relay, postorder
 from ._rewrite import remap_global_vars, rewrite_function
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
@@ -308,8 +308,8 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
         Raise :class:`~fold_guard.FoldNotPossibleError` when a ``fold_allow`` cannot fold or an
         evaluation fails, instead of keeping the call and reporting why. Off by default, like the
         stock pass, which silently skips what it cannot evaluate.
-    functions : iterable of str, optional
-        The global functions to fold. By default every function the stock pass folds: all but
+    functions : str or iterable of str, optional
+        The global functions to fold (one string names one function). By default every function the stock pass folds: all but
         those with a ``Compiler``, ``Extern`` or ``SkipOptimization`` attribute. Naming a
         partitioned external function folds it and leaves every other function unchanged.
 
@@ -350,5 +350,5 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     >>> fgr.FoldConstant("fold-qnn").info.name
     'fold_guard.FoldConstant'
     """
-    names = None if functions is None else tuple(functions)
+    names = function_names(functions)
     return _FoldConstantPass(resolve_policy(policy), bool(strict), names)
