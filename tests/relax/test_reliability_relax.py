@@ -242,3 +242,52 @@ def test_non_tensor_annotations_are_refused_by_type_inference_and_the_pass(op_na
         with pytest.raises(fold_guard.UnsupportedIRError, match=r"function main: s = fold_(barrier|allow) annotates tensors only, but its operand R.shape\(\[4\]\) is a ShapeType"):
             entry(mod)
     assert tvm.ir.save_json(mod) == saved
+
+
+def _run_main(mod: tvm.IRModule, *inputs: np.ndarray) -> np.ndarray:
+    executable = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in inputs]).numpy()
+
+
+def _creation_module(op, shape, dtype) -> tvm.IRModule:
+    """``main(x) = add(x, op(shape))``: a creation call with no operand at all."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            created = bb.emit(op(shape, dtype))
+            y = bb.emit_output(relax.op.add(x, created))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+@pytest.mark.parametrize(
+    "policy, op, shape, dtype",
+    [
+        ("weights-only", relax.op.zeros, (2, 3), "float32"),
+        ("weights-only", relax.op.ones, (4,), "int32"),
+        ("size-guard", relax.op.zeros, (512,), "float64"),  # 4096 bytes, within stock's 1024 elements
+    ],
+    ids=["weights-only-zeros", "weights-only-ones", "size-guard-zeros"],
+)
+def test_annotate_carries_keeps_of_calls_without_operands(policy, op, shape, dtype):
+    """A creation call a policy keeps got no barrier (it has no operand), so the default fold of
+    the annotated module folded it: ``fold(annotate(m, P), "default")`` differed from
+    ``fold(m, P)``. It is now rewritten ``full(shape, fold_barrier(<fill>))``.
+
+        lv = zeros((2, 3))   ==annotate==>   lv_fill = fold_barrier(0.0); lv = full((2, 3), lv_fill)
+    """
+    mod = _creation_module(op, shape, dtype)
+    assert fgr.plan(mod).folded  # the default folds the creation call
+    annotated = fgr.annotate(mod, policy)
+    assert len(annotated.barriers) == 1 and not annotated.uncarried
+    assert "has no operand" in annotated.explain()
+    reference = fgr.fold(mod, policy=policy).mod
+    assert len(op_calls(reference, f"relax.{op.__name__}")) == 1
+    inputs = np.ones(shape, dtype)
+    want = _run_main(reference, inputs)
+    for folded in (fgr.fold(annotated.mod).mod, relax.transform.FoldConstant()(annotated.mod)):
+        assert not fgr.plan(folded).folded  # nothing left to fold: the keep held
+        assert len(op_calls(folded, "relax.full")) == 1 and len(op_calls(folded, "relax.fold_barrier")) == 1
+        np.testing.assert_array_equal(_run_main(folded, inputs), want)
