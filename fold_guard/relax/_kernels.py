@@ -80,6 +80,9 @@ class KernelSet:
     unsupported: Dict[int, str] = field(default_factory=dict)
     #: nodes fold_guard can evaluate but the stock pass would not fold: node id -> why
     not_stock_foldable: Dict[int, str] = field(default_factory=dict)
+    #: node id -> its zero-size run-time inputs that its kernel does not read (so, as in stock,
+    #: they do not stop it folding)
+    unread_zero_size: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
 
 
 def _leaf_type(site: CallSite, index: int) -> relax.TensorType:
@@ -359,6 +362,13 @@ def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite]) -> KernelSet:
     retries = _read_back(requests, result)
     if retries:
         _read_back(retries, result)
+    for site in sites:
+        kernel = result.kernels.get(site.node_id)
+        if site.zero_size_leaves and kernel is not None:
+            read = {a for a in kernel.arg_map if isinstance(a, int)}
+            unread = tuple(i for i in site.zero_size_leaves if i not in read)
+            if unread:
+                result.unread_zero_size[site.node_id] = unread
     return result
 
 

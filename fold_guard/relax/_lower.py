@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -69,6 +70,8 @@ class CallSite:
     leaf_constants: List[Optional[relax.Expr]] = field(default_factory=list)
     template_args: List[object] = field(default_factory=list)
     potentially_constant: bool = False
+    #: leaves that are run-time tensors of a static zero-size shape (see ``_add_leaf``)
+    zero_size_leaves: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -278,8 +281,9 @@ def _lower_call(
 
     site.potentially_constant = all(
         inp.kind is InputKind.CONSTANT
+        or index in site.zero_size_leaves
         or (inp.kind is InputKind.NODE and out.sites[inp.source].potentially_constant and out.sites[inp.source].kind is not SiteKind.BARRIER)
-        for inp in inputs
+        for index, inp in enumerate(inputs)
     ) and site.kind is not SiteKind.OTHER
 
     out.nodes.append(
@@ -337,6 +341,12 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     else:
         # parameters, and (as in the stock pass) variables bound to tuples or shapes
         inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
+        if tensor is not None and tensor.shape is not None and 0 in tensor.shape:
+            # A zero-size tensor has one possible value, the empty one. Stock folds a call on it
+            # when the call's legalized kernel does not read it (``sum`` over a zero-size axis
+            # legalizes to ``full(0)``); the kernels tell (``KernelSet.unread_zero_size``).
+            site.zero_size_leaves.append(index)
+            constant = relax.const(np.zeros(tensor.shape, tensor.dtype))
     site.leaf_constants.append(constant)
     return index
 

@@ -12,7 +12,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
 from .._core.errors import PlanInvariantError, PreconditionError, UnsupportedIRError
-from .._core.graph import FoldGraph, FoldNode, dtype_nbytes
+from .._core.graph import FoldGraph, FoldNode, InputKind, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.reasons import Reason
@@ -60,6 +60,12 @@ def _with_kernel_facts(node: FoldNode, kernels: KernelSet) -> FoldNode:
     """Add what legalization found: no kernel at all, or a kernel the stock pass would not use."""
     if node.unfoldable is None and node.id in kernels.unsupported:
         node = dataclasses.replace(node, unfoldable=Reason.UNSUPPORTED, unfoldable_detail=kernels.unsupported[node.id])
+    if node.id in kernels.unread_zero_size:
+        unread = kernels.unread_zero_size[node.id]
+        inputs = tuple(
+            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp for i, inp in enumerate(node.inputs)
+        )
+        node = dataclasses.replace(node, inputs=inputs)
     if node.id in kernels.not_stock_foldable and node.default_fold:
         why = kernels.not_stock_foldable[node.id]
         node = dataclasses.replace(node, default_fold=False, default_rule=f"relax: {node.op} {why}; stock does not fold it")

@@ -291,3 +291,65 @@ def test_annotate_carries_keeps_of_calls_without_operands(policy, op, shape, dty
         assert not fgr.plan(folded).folded  # nothing left to fold: the keep held
         assert len(op_calls(folded, "relax.full")) == 1 and len(op_calls(folded, "relax.fold_barrier")) == 1
         np.testing.assert_array_equal(_run_main(folded, inputs), want)
+
+
+def _single_call(shape, make) -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(make(x))
+            out = bb.emit_output(relax.op.add(y, relax.const(np.float32(1))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+ZERO_SIZE_CASES = {
+    # stock folds these: the legalized kernel of a reduction over a zero-size axis reads nothing
+    "sum-over-empty-axis": ((0, 3), lambda x: relax.op.sum(x, axis=[0])),
+    "sum-of-empty-via-matmul": ((2, 0), lambda x: relax.op.matmul(x, relax.const(np.ones((0, 3), "float32")))),
+    # and not these: their kernels take the zero-size parameter as an argument
+    "exp-of-empty": ((0, 3), lambda x: relax.op.exp(x)),
+    "concat-with-empty": ((0, 3), lambda x: relax.op.concat([x, relax.const(np.ones((2, 3), "float32"))], axis=0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ZERO_SIZE_CASES))
+def test_zero_size_parameters_fold_as_stock_folds_them(case):
+    """Stock folds a call on a zero-size run-time tensor when its legalized kernel does not read
+    it (``sum`` over an empty axis legalizes to ``full(0)``), and so do its consumers; ``default``
+    kept them (not constant) and differed from stock. Now such an input counts as constant
+    exactly when the call's kernel does not read it."""
+    shape, make = ZERO_SIZE_CASES[case]
+    mod = _single_call(shape, make)
+    tvm.ir.assert_structural_equal(fgr.fold(mod, strict=True).mod, relax.transform.FoldConstant()(mod))
+    empty = np.zeros(shape, "float32")
+    np.testing.assert_array_equal(_run_main(fgr.fold(mod).mod, empty), _run_main(mod, empty))
+
+
+def test_barrier_over_a_zero_size_tensor_holds_in_fold_guard_only():
+    """Why a barrier over a zero-size tensor cannot hold through a later *stock* FoldConstant:
+    the legalized ``sum`` over its empty axis takes no argument at all, so stock folds it without
+    looking at the barrier. It is harmless: the result depends on no data (a zero-size tensor has
+    a single value), so no constant a backend matches is lost. fold_guard's own pass keeps it.
+
+        b = fold_barrier(<float32[0, 3]>); s = sum(b, axis=0)
+        fold_guard.FoldConstant   ==> unchanged (kept by barrier)
+        then stock FoldConstant   ==> s = <float32[3] zeros>; the barrier is left unused
+    """
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3,), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            b = bb.emit(fgr.fold_barrier(relax.const(np.ones((0, 3), "float32"))))
+            s = bb.emit(relax.op.sum(b, axis=[0]))
+            out = bb.emit_output(relax.op.add(x, s))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    ours = fgr.fold(mod, strict=True)
+    assert {d.op: d.reason for d in ours.plan.decisions}["relax.sum"] is Reason.KEPT_BY_BARRIER
+    tvm.ir.assert_structural_equal(ours.mod, mod)
+    after_stock = relax.transform.FoldConstant()(ours.mod)
+    assert not op_calls(after_stock, "relax.sum")
+    ones = np.ones(3, "float32")
+    np.testing.assert_array_equal(_run_main(after_stock, ones), _run_main(mod, ones))
