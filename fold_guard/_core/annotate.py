@@ -143,7 +143,7 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
     for node, decision in zip(graph.nodes, policy_plan.decisions):
         kept_by_own_rule = (
             decision.action is Action.KEEP
-            and decision.reason is Reason.KEPT_BY_POLICY
+            and decision.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET)
             and decision.rule != DEFAULT_RULE
         )
         inputs_constant = all(

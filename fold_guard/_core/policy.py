@@ -38,6 +38,9 @@ __all__ = [
     "FOLD_QNN_POLICY",
     "compose",
     "size_guard",
+    "memory_budget",
+    "with_budget",
+    "BUDGET_RULE",
     "register_policy",
     "unregister_policy",
     "get_policy",
@@ -175,9 +178,17 @@ class Rule:
         )
 
 
+#: The rule name decisions refused by a memory budget carry.
+BUDGET_RULE = "max_fold_bytes"
+
+
 @dataclass(frozen=True)
 class FoldPolicy:
     """An ordered tuple of rules; the first matching rule decides, else the IR's default.
+
+    ``max_fold_bytes`` is an absolute budget: a call whose results would take more bytes is never
+    evaluated, whatever the rules, the IR's default or a ``fold_allow`` say (only a barrier ranks
+    above it). ``None``, the default, is no budget, so ``default`` keeps stock's behaviour.
 
     >>> policy = FoldPolicy("keep-exp", "never fold exp", (
     ...     Rule("keep-exp", Action.KEEP, "exp stays", lambda call: call.op.endswith("exp")),))
@@ -188,8 +199,10 @@ class FoldPolicy:
     name: str
     description: str
     rules: Tuple[Rule, ...] = ()
+    max_fold_bytes: Optional[int] = None
 
     def __post_init__(self) -> None:
+        _check_budget(self.max_fold_bytes)
         if not isinstance(self.rules, tuple) or not all(isinstance(rule, Rule) for rule in self.rules):
             bad = self.rules if not isinstance(self.rules, tuple) else next(r for r in self.rules if not isinstance(r, Rule))
             raise PreconditionError(
@@ -233,7 +246,47 @@ def compose(*policies: FoldPolicy, name: Optional[str] = None) -> FoldPolicy:
     rules = tuple(rule for policy in policies for rule in policy.rules)
     joined = name or "+".join(policy.name for policy in policies)
     description = "; then ".join(policy.description for policy in policies)
-    return FoldPolicy(joined, description, rules)
+    # the tightest budget wins: each policy's budget is a limit, never a permission
+    budgets = [policy.max_fold_bytes for policy in policies if policy.max_fold_bytes is not None]
+    return FoldPolicy(joined, description, rules, min(budgets) if budgets else None)
+
+
+def _check_budget(max_fold_bytes: object) -> None:
+    if max_fold_bytes is None:
+        return
+    if not isinstance(max_fold_bytes, numbers.Integral) or isinstance(max_fold_bytes, bool) or max_fold_bytes < 0:
+        raise PreconditionError(
+            f"max_fold_bytes must be a byte count (an int >= 0) or None, got {type(max_fold_bytes).__name__} "
+            f"{max_fold_bytes!r}; hint: max_fold_bytes=256 * 2**20 for 256 MiB"
+        )
+
+
+def memory_budget(max_fold_bytes: int, *, name: Optional[str] = None) -> FoldPolicy:
+    """A policy with no rules and an absolute budget: compose it with others to cap any fold.
+
+    >>> compose(KEEP_QDQ_WEIGHTS_POLICY, memory_budget(2**20)).max_fold_bytes
+    1048576
+    """
+    _check_budget(max_fold_bytes)
+    return FoldPolicy(
+        name or f"max-fold-bytes-{max_fold_bytes}",
+        f"never evaluate a call whose results take more than {max_fold_bytes} bytes",
+        (),
+        int(max_fold_bytes),
+    )
+
+
+def with_budget(spec: "PolicySpec", max_fold_bytes: Optional[int]) -> FoldPolicy:
+    """``spec`` resolved, with ``max_fold_bytes`` as its budget (the tighter one if it has one).
+
+    The policy keeps its name, so reports still say which policy decided.
+    """
+    policy = resolve_policy(spec)
+    _check_budget(max_fold_bytes)
+    if max_fold_bytes is None:
+        return policy
+    budgets = [int(max_fold_bytes)] + ([policy.max_fold_bytes] if policy.max_fold_bytes is not None else [])
+    return FoldPolicy(policy.name, policy.description, policy.rules, min(budgets))
 
 
 def _is_dequantize_of_integer(call: CallView) -> bool:
@@ -395,7 +448,7 @@ def register_policy(policy: FoldPolicy, *, name: Optional[str] = None, replace: 
             f"a policy named {key!r} is already registered; pass replace=True to override it"
         )
     if key != policy.name:
-        policy = FoldPolicy(key, policy.description, policy.rules)
+        policy = FoldPolicy(key, policy.description, policy.rules, policy.max_fold_bytes)
     _REGISTRY[key] = policy
     return policy
 

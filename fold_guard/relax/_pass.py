@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import tvm
 import tvm_ffi
@@ -14,7 +14,7 @@ from tvm.relax.expr_functor import PyExprVisitor, visitor
 from .._core.errors import PlanInvariantError, PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, FoldNode, InputKind, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
-from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
+from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
 from .._core.reasons import Reason
 from .._core.report import FoldReport, FoldResult, StepTimer
 from .._serial import serialized
@@ -73,8 +73,10 @@ def _with_kernel_facts(node: FoldNode, kernels: KernelSet) -> FoldNode:
 
 
 @serialized
-def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
+def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, max_fold_bytes: Optional[int] = None) -> FoldPlan:
     """Decide what :func:`FoldConstant` would fold in ``mod``, without compiling or changing anything.
+
+    ``max_fold_bytes`` is as in :func:`FoldConstant`.
 
     Examples
     --------
@@ -94,13 +96,17 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
       main: lv = relax.exp: folded [default]
       main: gv = relax.add: not constant: input x is not constant
     """
-    _, _, graph, resolved = analyse(mod, policy, StepTimer())
+    _, _, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
     return plan_folds(graph, resolved)
 
 
 @serialized
-def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False) -> FoldResult:
+def fold(
+    mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False, max_fold_bytes: Optional[int] = None
+) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
+
+    ``max_fold_bytes`` is as in :func:`FoldConstant`.
 
     Returns a :class:`FoldResult`; ``mod`` itself is never changed. With ``strict=True`` a
     ``fold_allow`` that cannot fold, or a call whose evaluation fails, raises
@@ -125,7 +131,7 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     ['folded', 'kept by barrier', 'not constant']
     """
     timer = StepTimer()
-    lowered, kernels, graph, resolved = analyse(mod, policy, timer)
+    lowered, kernels, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), timer)
     if strict and not relax.analysis.check_well_formed(mod):
         # checked up front so the post-condition below can only ever blame fold_guard
         raise PreconditionError(
@@ -213,7 +219,9 @@ class _FoldConstantPass:
         return fold(mod, policy=self.policy, strict=self.strict).mod
 
 
-def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm.transform.Pass:  # noqa: N802
+def FoldConstant(  # noqa: N802
+    policy: PolicySpec = "default", *, strict: bool = False, max_fold_bytes: Optional[int] = None
+) -> tvm.transform.Pass:
     """fold_guard's drop-in for ``relax.transform.FoldConstant``.
 
     Parameters
@@ -227,6 +235,12 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
         Raise :class:`~fold_guard.FoldNotPossibleError` when a ``fold_allow`` cannot fold or an
         evaluation fails, instead of keeping the call and reporting why. Off by default, like the
         stock pass, which silently skips what it cannot evaluate.
+    max_fold_bytes : int, optional
+        An absolute memory budget: a call whose results would take more bytes is kept (reason
+        "over budget", rule ``max_fold_bytes``), decided from its type before anything is
+        allocated or compiled. It outranks ``fold_allow`` (only a barrier ranks higher). ``None``
+        (the default) is no budget, as in the stock pass; a policy can carry one too
+        (:func:`fold_guard.memory_budget`), and the tighter budget applies.
 
     Returns
     -------
@@ -262,4 +276,4 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
     >>> fgr.FoldConstant("keep-qdq-weights").info.name
     'fold_guard.FoldConstant'
     """
-    return _FoldConstantPass(resolve_policy(policy), bool(strict))
+    return _FoldConstantPass(with_budget(policy, max_fold_bytes), bool(strict))

@@ -12,7 +12,7 @@ from tvm import relay
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
-from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
+from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
 from .._core.report import FoldReport, FoldResult, StepTimer
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
@@ -135,8 +135,16 @@ def _plan_and_evaluate(
 
 
 @serialized
-def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Optional[Iterable[str]] = None) -> FoldPlan:
+def plan(
+    mod: tvm.IRModule,
+    policy: PolicySpec = "default",
+    *,
+    functions: Optional[Iterable[str]] = None,
+    max_fold_bytes: Optional[int] = None,
+) -> FoldPlan:
     """Decide what :func:`FoldConstant` would fold in ``mod``, without evaluating or changing anything.
+
+    ``functions`` and ``max_fold_bytes`` are as in :func:`FoldConstant`.
 
     Examples
     --------
@@ -153,7 +161,7 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Option
       main: %1 = fold_barrier: kept by barrier [fold_barrier]: operand is constant; the barrier stays; nothing that consumes it folds
       main: %2 = add: not constant: input x is not constant
     """
-    analysis = analyse(mod, policy, functions, StepTimer())
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, StepTimer())
     return plan_folds(FoldGraph(analysis.lowered.nodes), analysis.policy)
 
 
@@ -164,8 +172,11 @@ def fold(
     policy: PolicySpec = "default",
     strict: bool = False,
     functions: Optional[Iterable[str]] = None,
+    max_fold_bytes: Optional[int] = None,
 ) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
+
+    ``max_fold_bytes`` is as in :func:`FoldConstant`.
 
     Returns a :class:`FoldResult`; ``mod`` itself is never changed. ``functions`` names the
     global functions to fold; by default every Relay function the stock pass folds (all but
@@ -190,7 +201,7 @@ def fold(
      [2 2]]
     """
     timer = StepTimer()
-    analysis = analyse(mod, policy, functions, timer)
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, timer)
     typed, lowered = analysis.typed, analysis.lowered
     values_by_call: Dict[relay.Call, relay.Expr] = {}
     failures_by_call: Dict[relay.Call, str] = {}
@@ -293,6 +304,7 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     *,
     strict: bool = False,
     functions: Optional[Iterable[str]] = None,
+    max_fold_bytes: Optional[int] = None,
 ) -> tvm.transform.Pass:
     """fold_guard's drop-in for ``relay.transform.FoldConstant``.
 
@@ -312,6 +324,10 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
         The global functions to fold (one string names one function). By default every function the stock pass folds: all but
         those with a ``Compiler``, ``Extern`` or ``SkipOptimization`` attribute. Naming a
         partitioned external function folds it and leaves every other function unchanged.
+    max_fold_bytes : int, optional
+        An absolute memory budget: a call whose results would take more bytes is kept (reason
+        "over budget"), decided from its type before anything is evaluated. It outranks
+        ``fold_allow``; ``None`` (the default) is no budget, as in the stock pass.
 
     Returns
     -------
@@ -351,4 +367,4 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     'fold_guard.FoldConstant'
     """
     names = function_names(functions)
-    return _FoldConstantPass(resolve_policy(policy), bool(strict), names)
+    return _FoldConstantPass(with_budget(policy, max_fold_bytes), bool(strict), names)

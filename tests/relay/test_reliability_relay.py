@@ -163,3 +163,25 @@ def test_raising_policy_rule_names_policy_rule_and_call():
     for entry in (lambda m: fgr.fold(m, policy=policy), lambda m: fgr.plan(m, policy)):
         with pytest.raises(fold_guard.PolicyRuleError, match=r"policy 'my-npu', rule 'keep-exp', on main: %\d+ = exp: the predicate raised ZeroDivisionError"):
             entry(mod)
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["default", "fold_allow"])
+def test_multi_gib_fold_is_refused_by_the_budget(allow):
+    """``max_fold_bytes`` refuses a 4 GiB ``broadcast_to`` of a scalar from its type (reason
+    "over budget"), also inside fold_allow, in well under a second; the small exp still folds."""
+    import time
+
+    huge = (1 << 15, 1 << 15)
+    x = relay.var("x", shape=huge, dtype="float32")
+    big = relay.broadcast_to(relay.const(np.float32(2.0)), huge)
+    big = fgr.fold_allow(big) if allow else big
+    body = relay.add(relay.add(x, big), relay.sum(relay.exp(relay.const(np.ones(4, "float32")))))
+    mod = tvm.IRModule.from_expr(relay.Function([x], body))
+    start = time.perf_counter()
+    result = fgr.fold(mod, max_fold_bytes=1 << 20)
+    assert time.perf_counter() - start < 5.0
+    reasons = {d.op: d.reason for d in result.plan.decisions}
+    assert reasons["broadcast_to"] is Reason.OVER_BUDGET and reasons["exp"] is Reason.FOLDED
+    assert len(op_calls(result.mod, "broadcast_to")) == 1
+    folded = fgr.FoldConstant(policy=["default", fold_guard.memory_budget(1 << 20)])(mod)
+    assert len(op_calls(folded, "broadcast_to")) == 1
