@@ -12,6 +12,7 @@ register their policy once, and any API that takes a policy then accepts its nam
 from __future__ import annotations
 
 import contextlib
+import difflib
 import numbers
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
@@ -503,7 +504,9 @@ def policy_registry_scope() -> Iterator[None]:
 
 
 def _unknown_message(name: str) -> str:
+    close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1, cutoff=0.6)
+    suggestion = f"did you mean {close[0]!r}? " if close else ""
     return (
-        f"unknown fold policy {name!r}; registered policies: {', '.join(sorted(_REGISTRY))}. "
+        f"unknown fold policy {name!r}; {suggestion}registered policies: {', '.join(sorted(_REGISTRY))}. "
         "Register a backend policy with fold_guard.register_policy(FoldPolicy(...)) first"
     )
