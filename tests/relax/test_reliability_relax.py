@@ -17,6 +17,7 @@ import fold_guard
 import fold_guard.relax as fgr
 from fold_guard import Reason
 
+from fold_guard.testing.reliability import check_concurrent_like_sequential
 from golden import CONSTANT_TYPE, op_calls
 
 
@@ -165,25 +166,13 @@ def test_eight_threads_fold_like_one():
     (``InternalError: no definition of I.GlobalVar("quantize")``, ``AssertionError``): TVM's
     BlockBuilder stack and TE op-tag scope are process-global. fold_guard now serialises its own
     TVM work behind one lock (fold_guard/_serial.py)."""
-    import concurrent.futures
-
     distinct = [_qdq_module(rows) for rows in (3, 5, 6, 7)]
-    shared = _qdq_module(9)
-    work = distinct + [shared] * 4
     entries = [
         lambda mod: fgr.fold(mod, policy="keep-qdq-weights").mod,
         lambda mod: fgr.FoldConstant()(mod),
         lambda mod: fgr.annotate(mod, "keep-qdq-weights").mod,
     ]
-    for entry in entries:
-        expected = [entry(mod) for mod in work]
-        saved = [tvm.ir.save_json(mod) for mod in work]
-        for _ in range(2):
-            with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-                results = list(pool.map(entry, work))
-            for got, want in zip(results, expected):
-                tvm.ir.assert_structural_equal(got, want)
-        assert [tvm.ir.save_json(mod) for mod in work] == saved
+    check_concurrent_like_sequential(entries, distinct + [_qdq_module(9)] * 4, rounds=2)
 
 
 def test_raising_policy_rule_through_the_pass_names_policy_rule_and_call():

@@ -5,8 +5,6 @@ Each test failed on the code before its fix; the docstring says what broke.
 
 from __future__ import annotations
 
-import concurrent.futures
-
 import numpy as np
 import pytest
 import tvm
@@ -17,6 +15,7 @@ import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Reason
 from fold_guard.relay import _evaluate
+from fold_guard.testing.reliability import check_concurrent_like_sequential
 
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)
@@ -138,21 +137,12 @@ def test_eight_threads_fold_like_one():
     """Eight threads at once (four distinct modules, one module shared by four threads) give the
     sequential results, no error, and leave every input as it was (fold_guard/_serial.py)."""
     distinct = [_qnn_module(rows) for rows in (3, 5, 6, 7)]
-    shared = _qnn_module(9)
-    work = distinct + [shared] * 4
     entries = [
         lambda mod: fgr.fold(mod, policy="keep-qdq-weights").mod,
         lambda mod: fgr.FoldConstant("fold-qnn")(mod),
         lambda mod: fgr.annotate(mod, policy="keep-qdq-weights").mod,
     ]
-    for entry in entries:
-        expected = [entry(mod) for mod in work]
-        saved = [tvm.ir.save_json(mod) for mod in work]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-            results = list(pool.map(entry, work))
-        for got, want in zip(results, expected):
-            tvm.ir.assert_structural_equal(got, want)
-        assert [tvm.ir.save_json(mod) for mod in work] == saved
+    check_concurrent_like_sequential(entries, distinct + [_qnn_module(9)] * 4)
 
 
 def test_raising_policy_rule_names_policy_rule_and_call():
