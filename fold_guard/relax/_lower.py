@@ -341,12 +341,13 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     else:
         # parameters, and (as in the stock pass) variables bound to tuples or shapes
         inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
-        if tensor is not None and tensor.shape is not None and 0 in tensor.shape:
+        shape = tensor.shape if tensor is not None else None
+        if shape is not None and None not in shape and 0 in shape:
             # A zero-size tensor has one possible value, the empty one. Stock folds a call on it
             # when the call's legalized kernel does not read it (``sum`` over a zero-size axis
             # legalizes to ``full(0)``); the kernels tell (``KernelSet.unread_zero_size``).
             site.zero_size_leaves.append(index)
-            constant = relax.const(np.zeros(tensor.shape, tensor.dtype))
+            constant = relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
     site.leaf_constants.append(constant)
     return index
 

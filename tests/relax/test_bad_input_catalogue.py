@@ -153,7 +153,7 @@ KINDS: Dict[str, Kind] = {
     # policies
     "unknown-policy": Kind(_exp_module, lambda m: fgr.fold(m, policy="npu-turbo"), fold_guard.UnknownPolicyError, r"unknown fold policy 'npu-turbo'; registered"),
     "misspelt-policy": Kind(_exp_module, lambda m: fgr.fold(m, policy="keep-qdq-weight"), fold_guard.UnknownPolicyError, r"'keep-qdq-weight'; did you mean 'keep-qdq-weights'\?"),
-    "misspelt-policy-in-pass": Kind(_exp_module, lambda m: fgr.FoldConstant("defualt")(m), fold_guard.UnknownPolicyError, r"'defualt'; did you mean 'default'\?"),
+    "misspelt-policy-in-pass": Kind(_exp_module, lambda m: fgr.FoldConstant("Default")(m), fold_guard.UnknownPolicyError, r"'Default'; did you mean 'default'\?"),
     "misspelt-policy-in-list": Kind(_exp_module, lambda m: fgr.plan(m, ["default", "size-gaurd"]), fold_guard.UnknownPolicyError, r"'size-gaurd'; did you mean 'size-guard'\?"),
     "empty-policy-list": Kind(_exp_module, lambda m: fgr.fold(m, policy=[]), fold_guard.PreconditionError, r"non-empty list of them, got \[\]"),
     "policy-of-wrong-type": Kind(_exp_module, lambda m: fgr.fold(m, policy=42), fold_guard.PreconditionError, r"policy must be .*, got 42"),
