@@ -11,7 +11,11 @@ policy keeps by one of its own rules, although all its inputs are constant and t
 would fold it, gets a ``fold_barrier`` on its first operand. A barrier's operand may still fold, so the
 call's inputs still become constants (``dequantize(fold_barrier(<int8 constant>))``), but the
 call itself never folds again: not under the default policy, and not under a later stock
-``FoldConstant``, which cannot fold through the barrier op.
+``FoldConstant``, which cannot fold through the barrier op. A kept call with no operand at all (a
+creation op such as ``zeros(shape)``) gets a placement with ``operand=None``: a barrier on its
+*result* would not do (the operand of a barrier folds), so the adapter rewrites the call into an
+equivalent one with a scalar operand to guard (``full(shape, fold_barrier(0))``), or, where the
+IR has none, reports it in :attr:`Annotated.uncarried`.
 """
 
 from __future__ import annotations
@@ -68,13 +72,15 @@ class Placement:
     label: str
     op: str
     rule: str
-    operand: Optional[int] = None
+    operand: Optional[int] = None  # None on a barrier: the call has no operand (see the module doc)
     operand_label: str = ""  # with its type, e.g. ``const: int8[8, 3, 3, 3]``
 
     def __str__(self) -> str:
         where = f"{self.function}: " if self.function else ""
         if self.annotation is Annotation.ALLOW:
             return f"{where}fold_allow around {self.label} = {self.op} [{self.rule}]"
+        if self.operand is None:
+            return f"{where}fold_barrier on the fill value of {self.label} = {self.op} (it has no operand) [{self.rule}]"
         return (
             f"{where}fold_barrier on {self.operand_label} (input {self.operand} of "
             f"{self.label} = {self.op}) [{self.rule}]"
@@ -88,6 +94,9 @@ class Annotated:
     mod: Any
     placed: Tuple[Placement, ...]
     policy_name: str
+    #: keeps the module cannot carry: a creation call with no operand the IR can put a barrier
+    #: on (Relax ``arange``, ``eye``); a later default fold folds these
+    uncarried: Tuple[Placement, ...] = ()
 
     @property
     def allows(self) -> Tuple[Placement, ...]:
@@ -103,7 +112,9 @@ class Annotated:
             f"annotated for policy {self.policy_name!r}: {len(self.allows)} fold_allow, "
             f"{len(self.barriers)} fold_barrier"
         )
-        return "\n".join([head] + [f"  {placement}" for placement in self.placed])
+        lines = [head] + [f"  {placement}" for placement in self.placed if placement not in self.uncarried]
+        lines += [f"  not carried (no operand to guard): {placement}" for placement in self.uncarried]
+        return "\n".join(lines)
 
 
 def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement, ...]:
@@ -132,10 +143,10 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
     for node, decision in zip(graph.nodes, policy_plan.decisions):
         kept_by_own_rule = (
             decision.action is Action.KEEP
-            and decision.reason is Reason.KEPT_BY_POLICY
+            and decision.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET)
             and decision.rule != DEFAULT_RULE
         )
-        inputs_constant = bool(node.inputs) and all(
+        inputs_constant = all(
             inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and policy_plan.folds(inp.source))
             for inp in node.inputs
         )
@@ -145,7 +156,8 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
         if kept_by_own_rule and inputs_constant and default_would_fold:
             placed.append(Placement(
                 Annotation.BARRIER, node.id, node.function, node.label, node.op, decision.rule,
-                operand=0, operand_label=_typed_label(node.inputs[0]),
+                operand=0 if node.inputs else None,
+                operand_label=_typed_label(node.inputs[0]) if node.inputs else "",
             ))  # fmt: skip
     return tuple(sorted(placed, key=lambda p: (p.node, p.annotation is Annotation.BARRIER)))
 

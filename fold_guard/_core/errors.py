@@ -13,6 +13,7 @@ __all__ = [
     "UnknownPolicyError",
     "ConflictingAnnotationsError",
     "FoldNotPossibleError",
+    "PolicyRuleError",
     "PlanInvariantError",
 ]
 
@@ -39,6 +40,10 @@ class ConflictingAnnotationsError(PreconditionError):
 
 class FoldNotPossibleError(FoldGuardError, RuntimeError):
     """Under ``strict=True``: a ``fold_allow`` could not fold, or an evaluation failed."""
+
+
+class PolicyRuleError(FoldGuardError, RuntimeError):
+    """A policy rule's predicate raised, or returned something that is not a bool, on a call."""
 
 
 class PlanInvariantError(FoldGuardError, RuntimeError):

@@ -26,7 +26,7 @@ from typing import Dict, Mapping, Optional, Set, Tuple
 
 from .errors import ConflictingAnnotationsError, FoldNotPossibleError, PreconditionError
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
-from .policy import CallView, FoldPolicy
+from .policy import BUDGET_RULE, CallView, FoldPolicy
 from .reasons import Action, Reason
 from .uses import GraphUses
 
@@ -207,14 +207,19 @@ def _decide(
         label, cause = blocker
         if cause.reason is Reason.KEPT_BY_BARRIER:
             return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, f"input {label} is downstream of barrier {cause.origin}", cause)
-        if cause.reason is Reason.KEPT_BY_POLICY:
-            return keep(Reason.KEPT_BY_POLICY, cause.rule, f"input {label} was kept ({cause.origin})", cause)
+        if cause.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET):
+            return keep(cause.reason, cause.rule, f"input {label} was kept ({cause.origin})", cause)
         if node.annotation is Annotation.ALLOW and cause.reason is not Reason.NOT_CONSTANT:
             # the allow asked for this subgraph to be evaluated: report the root cause
             where = "" if cause.origin == label else f"{cause.origin}: "
             return keep(cause.reason, "", f"operand {label} cannot fold: {where}{cause.detail}", cause)
         return keep(Reason.NOT_CONSTANT, "", f"input {label} is not constant", cause)
 
+    over = _over_budget(node, policy.max_fold_bytes)
+    if over:
+        # Before the allow: the budget outranks it. Decided from the types, before anything is
+        # allocated; an allow node itself allocates nothing (it is its operand's value).
+        return keep(Reason.OVER_BUDGET, BUDGET_RULE, over)
     if node.id in failures:
         return keep(Reason.EVAL_FAILED, "", failures[node.id])
     if node.annotation is Annotation.ALLOW:
@@ -237,7 +242,18 @@ def _decide(
     return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.default_rule)
 
 
-_CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2}
+def _over_budget(node: FoldNode, max_fold_bytes: Optional[int]) -> str:
+    """Why ``node``'s results exceed the budget ("" when they do not, or there is none)."""
+    if max_fold_bytes is None or node.annotation is not Annotation.NONE:
+        return ""
+    sizes = [out.nbytes for out in node.outputs]
+    total = sum(size for size in sizes if size is not None)
+    if total <= max_fold_bytes:
+        return ""
+    return f"its results would take {total} bytes, more than max_fold_bytes={max_fold_bytes}"
+
+
+_CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2, Reason.OVER_BUDGET: 2}
 
 
 def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optional[Tuple[str, _Value]]:

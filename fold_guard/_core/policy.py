@@ -12,10 +12,12 @@ register their policy once, and any API that takes a policy then accepts its nam
 from __future__ import annotations
 
 import contextlib
+import difflib
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import PreconditionError, UnknownPolicyError
+from .errors import PolicyRuleError, PreconditionError, UnknownPolicyError
 from .graph import FoldGraph, FoldNode, InputKind, TensorInfo
 from .reasons import Action
 from .uses import GraphUses
@@ -37,6 +39,9 @@ __all__ = [
     "FOLD_QNN_POLICY",
     "compose",
     "size_guard",
+    "memory_budget",
+    "with_budget",
+    "BUDGET_RULE",
     "register_policy",
     "unregister_policy",
     "get_policy",
@@ -139,13 +144,60 @@ class Rule:
     matches: Callable[[CallView], bool]
     reads_ops: bool = True
 
+    def __post_init__(self) -> None:
+        # Checked here, not when the rule first matches: a string action ("fold") would otherwise
+        # silently act as a keep, and the report would blame the policy for it.
+        if not isinstance(self.name, str) or not self.name:
+            raise PreconditionError(f"a Rule needs a non-empty string name, got {self.name!r}")
+        if not isinstance(self.action, Action):
+            raise PreconditionError(
+                f"rule {self.name!r}: action must be Action.FOLD or Action.KEEP, got "
+                f"{type(self.action).__name__} {self.action!r}; hint: from fold_guard import Action"
+            )
+        if not callable(self.matches):
+            raise PreconditionError(
+                f"rule {self.name!r}: matches must be a callable taking a CallView and returning "
+                f"a bool, got {type(self.matches).__name__} {self.matches!r}"
+            )
+
     def __str__(self) -> str:
         return f"{self.name} ({self.action.value}): {self.description}"
+
+    def applies_to(self, call: CallView, policy_name: str) -> bool:
+        """Whether the rule matches ``call``; a predicate that raises or is not boolean is an error.
+
+        A user's predicate is arbitrary code, so its failures are turned into a
+        :class:`PolicyRuleError` naming the policy, the rule and the call (a bare
+        ``ZeroDivisionError`` from deep inside a pass names none of them). Only ``bool`` (and
+        NumPy's 0-d boolean) counts as an answer: ``"no"`` is truthy and an array has no truth
+        value, so either would decide by accident.
+        """
+        where = f"policy {policy_name!r}, rule {self.name!r}, on {call.node.function}: {call.node.label} = {call.op}"
+        try:
+            answer = self.matches(call)
+        except Exception as err:  # noqa: BLE001 - re-raised as PolicyRuleError, chained
+            raise PolicyRuleError(f"{where}: the predicate raised {type(err).__name__}: {err}") from err
+        if isinstance(answer, bool):
+            return answer
+        if getattr(answer, "shape", None) == () and str(getattr(answer, "dtype", "")) == "bool":
+            return bool(answer)  # a NumPy bool scalar, e.g. from np.all(...)
+        raise PolicyRuleError(
+            f"{where}: the predicate returned {type(answer).__name__} {answer!r:.60}, not a bool; "
+            "hint: return True (the rule applies) or False"
+        )
+
+
+#: The rule name decisions refused by a memory budget carry.
+BUDGET_RULE = "max_fold_bytes"
 
 
 @dataclass(frozen=True)
 class FoldPolicy:
     """An ordered tuple of rules; the first matching rule decides, else the IR's default.
+
+    ``max_fold_bytes`` is an absolute budget: a call whose results would take more bytes is never
+    evaluated, whatever the rules, the IR's default or a ``fold_allow`` say (only a barrier ranks
+    above it). ``None``, the default, is no budget, so ``default`` keeps stock's behaviour.
 
     >>> policy = FoldPolicy("keep-exp", "never fold exp", (
     ...     Rule("keep-exp", Action.KEEP, "exp stays", lambda call: call.op.endswith("exp")),))
@@ -156,6 +208,16 @@ class FoldPolicy:
     name: str
     description: str
     rules: Tuple[Rule, ...] = ()
+    max_fold_bytes: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _check_budget(self.max_fold_bytes)
+        if not isinstance(self.rules, tuple) or not all(isinstance(rule, Rule) for rule in self.rules):
+            bad = self.rules if not isinstance(self.rules, tuple) else next(r for r in self.rules if not isinstance(r, Rule))
+            raise PreconditionError(
+                f"policy {self.name!r}: rules must be a tuple of Rule objects, got "
+                f"{type(bad).__name__} {bad!r:.60}; hint: rules=(Rule(name, Action.KEEP, description, predicate),)"
+            )
 
     @property
     def reads_ops(self) -> bool:
@@ -163,9 +225,12 @@ class FoldPolicy:
         return any(rule.reads_ops for rule in self.rules)
 
     def decide(self, call: CallView) -> Optional[Tuple[Action, Rule]]:
-        """The action and the rule that chose it, or None when no rule has an opinion."""
+        """The action and the rule that chose it, or None when no rule has an opinion.
+
+        Raises :class:`PolicyRuleError` when a rule's predicate raises or does not return a bool.
+        """
         for rule in self.rules:
-            if rule.matches(call):
+            if rule.applies_to(call, self.name):
                 return rule.action, rule
         return None
 
@@ -195,7 +260,47 @@ def compose(*policies: FoldPolicy, name: Optional[str] = None) -> FoldPolicy:
     rules = tuple(rule for policy in policies for rule in policy.rules)
     joined = name or "+".join(policy.name for policy in policies)
     description = "; then ".join(policy.description for policy in policies)
-    return FoldPolicy(joined, description, rules)
+    # the tightest budget wins: each policy's budget is a limit, never a permission
+    budgets = [policy.max_fold_bytes for policy in policies if policy.max_fold_bytes is not None]
+    return FoldPolicy(joined, description, rules, min(budgets) if budgets else None)
+
+
+def _check_budget(max_fold_bytes: object) -> None:
+    if max_fold_bytes is None:
+        return
+    if not isinstance(max_fold_bytes, numbers.Integral) or isinstance(max_fold_bytes, bool) or max_fold_bytes < 0:
+        raise PreconditionError(
+            f"max_fold_bytes must be a byte count (an int >= 0) or None, got {type(max_fold_bytes).__name__} "
+            f"{max_fold_bytes!r}; hint: max_fold_bytes=256 * 2**20 for 256 MiB"
+        )
+
+
+def memory_budget(max_fold_bytes: int, *, name: Optional[str] = None) -> FoldPolicy:
+    """A policy with no rules and an absolute budget: compose it with others to cap any fold.
+
+    >>> compose(KEEP_QDQ_WEIGHTS_POLICY, memory_budget(2**20)).max_fold_bytes
+    1048576
+    """
+    _check_budget(max_fold_bytes)
+    return FoldPolicy(
+        name or f"max-fold-bytes-{max_fold_bytes}",
+        f"never evaluate a call whose results take more than {max_fold_bytes} bytes",
+        (),
+        int(max_fold_bytes),
+    )
+
+
+def with_budget(spec: "PolicySpec", max_fold_bytes: Optional[int]) -> FoldPolicy:
+    """``spec`` resolved, with ``max_fold_bytes`` as its budget (the tighter one if it has one).
+
+    The policy keeps its name, so reports still say which policy decided.
+    """
+    policy = resolve_policy(spec)
+    _check_budget(max_fold_bytes)
+    if max_fold_bytes is None:
+        return policy
+    budgets = [int(max_fold_bytes)] + ([policy.max_fold_bytes] if policy.max_fold_bytes is not None else [])
+    return FoldPolicy(policy.name, policy.description, policy.rules, min(budgets))
 
 
 def _is_dequantize_of_integer(call: CallView) -> bool:
@@ -203,6 +308,11 @@ def _is_dequantize_of_integer(call: CallView) -> bool:
         return False
     dtype = call.input_dtypes[0] or ""
     return dtype.startswith("int") or dtype.startswith("uint")
+
+
+def _is_real(value: object) -> bool:
+    """An int or float, not a bool (``True`` is an int in Python, but never meant as a size)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def size_guard(
@@ -221,10 +331,10 @@ def size_guard(
     >>> guard.rules[0].name
     'size-guard'
     """
-    if not growth_factor > 0:
-        raise PreconditionError(f"size_guard growth_factor must be > 0, got {growth_factor!r}")
-    if min_result_bytes < 0:
-        raise PreconditionError(f"size_guard min_result_bytes must be >= 0, got {min_result_bytes!r}")
+    if not _is_real(growth_factor) or not growth_factor > 0:
+        raise PreconditionError(f"size_guard growth_factor must be a number > 0, got {growth_factor!r}")
+    if not _is_real(min_result_bytes) or min_result_bytes < 0:
+        raise PreconditionError(f"size_guard min_result_bytes must be a number >= 0, got {min_result_bytes!r}")
 
     def grows_too_much(call: CallView) -> bool:
         result = call.result_nbytes
@@ -353,7 +463,7 @@ def register_policy(policy: FoldPolicy, *, name: Optional[str] = None, replace: 
             f"a policy named {key!r} is already registered; pass replace=True to override it"
         )
     if key != policy.name:
-        policy = FoldPolicy(key, policy.description, policy.rules)
+        policy = FoldPolicy(key, policy.description, policy.rules, policy.max_fold_bytes)
     _REGISTRY[key] = policy
     return policy
 
@@ -408,7 +518,9 @@ def policy_registry_scope() -> Iterator[None]:
 
 
 def _unknown_message(name: str) -> str:
+    close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1, cutoff=0.6)
+    suggestion = f"did you mean {close[0]!r}? " if close else ""
     return (
-        f"unknown fold policy {name!r}; registered policies: {', '.join(sorted(_REGISTRY))}. "
+        f"unknown fold policy {name!r}; {suggestion}registered policies: {', '.join(sorted(_REGISTRY))}. "
         "Register a backend policy with fold_guard.register_policy(FoldPolicy(...)) first"
     )

@@ -20,6 +20,7 @@ class Reason(Enum):
     FOLDED = "folded"
     KEPT_BY_BARRIER = "kept by barrier"
     KEPT_BY_POLICY = "kept by policy"
+    OVER_BUDGET = "over budget"
     NOT_CONSTANT = "not constant"
     DYNAMIC_SHAPE = "dynamic shape"
     IMPURE = "impure"

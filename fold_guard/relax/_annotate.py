@@ -13,12 +13,14 @@ from .._core.graph import Annotation
 from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, PolicySpec
 from .._core.report import StepTimer
+from .._serial import serialized
 from ._ops import fold_allow, fold_barrier
 from ._pass import analyse
 
 __all__ = ["annotate"]
 
 
+@serialized
 def annotate(mod: tvm.IRModule, policy: PolicySpec = "qdq-accelerator") -> Annotated:
     """Place the annotations that make any later fold follow ``policy``; return them with the module.
 
@@ -67,11 +69,18 @@ def annotate(mod: tvm.IRModule, policy: PolicySpec = "qdq-accelerator") -> Annot
         site = lowered.sites[placement.node]
         by_function.setdefault(site.function, {}).setdefault(site.var, []).append(placement)
     functions = dict(mod.functions)
+    uncarried: List[Placement] = []
     for name, (gvar, func) in lowered.functions.items():
         if name in by_function:
-            functions[gvar] = _Annotator(mod, by_function[name], lowered.sites).visit_expr(func)
+            annotator = _Annotator(mod, by_function[name], lowered.sites)
+            functions[gvar] = annotator.visit_expr(func)
+            uncarried += annotator.uncarried
     annotated = tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
-    return Annotated(annotated, placed, resolved.name)
+    return Annotated(annotated, placed, resolved.name, tuple(uncarried))
+
+
+#: Creation ops with no tensor operand that have an equivalent with one: ``full(shape, fill)``.
+_FILL_VALUE = {"relax.zeros": 0, "relax.ones": 1}
 
 
 @mutator
@@ -82,6 +91,7 @@ class _Annotator(PyExprMutator):
         super().__init__(mod)
         self.placed = placed
         self.sites = sites
+        self.uncarried: List[Placement] = []
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var not in self.placed:
@@ -89,14 +99,26 @@ class _Annotator(PyExprMutator):
             return
         value = self.visit_expr(binding.value)
         for placement in self.placed[binding.var]:
-            if placement.annotation is Annotation.BARRIER:
-                assert placement.operand is not None
+            if placement.annotation is Annotation.BARRIER and placement.operand is None:
+                value = self._guard_creation(binding.var, value, placement)
+            elif placement.annotation is Annotation.BARRIER:
                 operand = self.sites[placement.node].leaves[placement.operand]
                 guarded = self.builder_.emit(fold_barrier(self.visit_expr(operand)), f"{binding.var.name}_operand")
                 value = _replace_argument(value, operand, guarded)
         if any(p.annotation is Annotation.ALLOW for p in self.placed[binding.var]):
             value = fold_allow(self.builder_.emit(value, f"{binding.var.name}_value"))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
+
+    def _guard_creation(self, var: relax.Var, call: relax.Call, placement: Placement) -> relax.Expr:
+        """``zeros(shape)`` as ``full(shape, fold_barrier(0))``: the same values, and a scalar
+        operand to guard, so neither fold_guard's default nor stock ``FoldConstant`` folds it."""
+        op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
+        if op_name not in _FILL_VALUE:
+            self.uncarried.append(placement)
+            return call
+        dtype = str(call.attrs.dtype)
+        fill = self.builder_.emit(fold_barrier(relax.const(_FILL_VALUE[op_name], dtype)), f"{var.name}_fill")
+        return relax.op.full(call.args[0], fill, dtype)
 
 
 def _replace_argument(call: relax.Call, old: relax.Expr, new: relax.Expr) -> relax.Call:

@@ -26,6 +26,7 @@ __all__ = [
     "constant_array",
     "make_constant",
     "type_of",
+    "has_type",
     "var_name",
     "static_shape",
     "static_shape_under",
@@ -93,6 +94,12 @@ def make_constant(array: tvm.runtime.Tensor) -> Any:
 def type_of(expr: Any) -> Any:
     """The Relax type (formerly struct info) of an expression."""
     return expr.ty
+
+
+def has_type(expr: Any) -> bool:
+    """Whether ``expr`` has been normalized: an expression built outside a BlockBuilder
+    (``relax.Call`` around un-normalized arguments) carries the bare ``tvm.ir.Type`` placeholder."""
+    return type(expr.ty) is not tvm.ir.Type
 
 
 def var_name(var: Any) -> str:

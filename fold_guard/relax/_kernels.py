@@ -54,6 +54,15 @@ SHAPE_GENERIC_OPS = frozenset(
     [f"relax.{name}" for name in _ELEMENTWISE.split()]
     + ["relax.quantize", "relax.dequantize", "relax.broadcast_to", "relax.permute_dims", "relax.expand_dims"]
 )
+#: Ops of SHAPE_GENERIC_OPS whose result C and LLVM leave undefined for some integer operands
+#: (division by zero, ``INT_MIN / -1``, a shift by at least the bit width). What such a kernel
+#: returns there depends on the generated code, which differs between a symbolic kernel and the
+#: static one stock compiles, so on integers they get static kernels. (``quantize`` clips before
+#: it converts, so its conversion is always in range.)
+_UNDEFINED_ON_INTEGERS = frozenset(
+    f"relax.{name}" for name in ("divide", "floor_divide", "floor_mod", "mod", "left_shift", "right_shift")
+)
+_ASTYPE_OP = "relax.astype"
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,9 @@ class KernelSet:
     unsupported: Dict[int, str] = field(default_factory=dict)
     #: nodes fold_guard can evaluate but the stock pass would not fold: node id -> why
     not_stock_foldable: Dict[int, str] = field(default_factory=dict)
+    #: node id -> its zero-size run-time inputs that its kernel does not read (so, as in stock,
+    #: they do not stop it folding)
+    unread_zero_size: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
 
 
 def _leaf_type(site: CallSite, index: int) -> relax.TensorType:
@@ -188,22 +200,27 @@ def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars
     return bb.get()[name], request
 
 
-def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Optional[tvm.IRModule], Dict[str, str]]:
-    """LegalizeOps over all request functions at once; on failure, one by one to isolate it."""
+def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Dict[str, tvm.IRModule], Dict[str, str]]:
+    """LegalizeOps over all request functions at once; on failure, one by one to isolate it.
+
+    Returns, per request name, the legalized module that holds it (the batch, or the request's
+    own module), and per failed request why. The modules of the one-by-one fallback stay apart:
+    each names its PrimFuncs on its own (two may both define ``tir_exp``), and its ``call_tir``
+    refers to its own ``GlobalVar`` objects, which a merged module would not define.
+    """
     errors: Dict[str, str] = {}
     try:
-        return relax.transform.LegalizeOps()(tvm.IRModule(functions)), errors
+        batch = relax.transform.LegalizeOps()(tvm.IRModule(functions))
+        return dict.fromkeys(functions, batch), errors
     except Exception:  # noqa: BLE001 - a legalizer raising anything: isolate it below
         pass
-    merged = {}
+    modules: Dict[str, tvm.IRModule] = {}
     for name, func in functions.items():
         try:
-            part = relax.transform.LegalizeOps()(tvm.IRModule({name: func}))
+            modules[name] = relax.transform.LegalizeOps()(tvm.IRModule({name: func}))
         except Exception as err:  # noqa: BLE001 - recorded per request as "cannot evaluate"
             errors[name] = f"LegalizeOps failed: {err}".splitlines()[0]
-            continue
-        merged.update({gv.name_hint: f for gv, f in part.functions.items()})
-    return (tvm.IRModule(merged) if merged else None), errors
+    return modules, errors
 
 
 def _split_by_output_shape(request: _Request, out_ty: object) -> Tuple[List[CallSite], List[CallSite]]:
@@ -262,12 +279,36 @@ def _static_requests(name: str, members: Sequence[CallSite]) -> List[Tuple[relax
     ]
 
 
+def _is_integer(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+def _is_shape_generic(site: CallSite) -> bool:
+    """Whether one symbolic kernel computes, for every shape, the bits stock's static kernel does.
+
+    Only where the result is defined for every input value: a float-to-integer ``astype`` of an
+    out-of-range value or NaN is undefined behaviour, and a symbolic kernel gave ``44`` where
+    stock's static one gives ``127`` for ``astype(300.0, "int8")``. The dtypes are part of the
+    op signature, so the first member answers for the whole group.
+    """
+    op = site.call.op.name
+    if op not in SHAPE_GENERIC_OPS:
+        return False
+    in_dtypes = [_compat.dtype_of(_leaf_type(site, i)) for i in range(len(site.leaves))]
+    if op in _UNDEFINED_ON_INTEGERS:
+        return not any(_is_integer(dtype) for dtype in in_dtypes)
+    if op == _ASTYPE_OP:
+        out_dtype = _compat.dtype_of(_compat.type_of(site.call))
+        return not (_is_integer(out_dtype) and any(not _is_integer(d) and d != "bool" for d in in_dtypes))
+    return True
+
+
 def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Function, _Request]]:
     """The kernel request of one op-signature group, plus its decision request if it has scalars."""
     distinct_shapes = len({_shapes(site) for site in members})
     if distinct_shapes == 1:
         requests = [_make_request(name, members, symbolic=False, scalars_as_constants=False)]
-    elif members[0].call.op.name in SHAPE_GENERIC_OPS:
+    elif _is_shape_generic(members[0]):
         try:
             requests = [_make_request(name, members, symbolic=True, scalars_as_constants=False)]
         except Exception:  # noqa: BLE001 - type inference rejected the symbolic dims
@@ -284,12 +325,11 @@ def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Func
 def _read_back(requests: List[Tuple[relax.Function, _Request]], result: KernelSet) -> List[Tuple[relax.Function, _Request]]:
     """Legalize ``requests`` together and record their kernels; return the static retries."""
     legalized, errors = _legalize({request.name: func for func, request in requests})
-    names = set() if legalized is None else {gv.name_hint for gv in legalized.functions}
     retries: List[Tuple[relax.Function, _Request]] = []
     for _, request in requests:
         kernel, why = None, errors.get(request.name, "LegalizeOps failed")
-        if request.name in names:
-            kernel, why = _single_call_tir(legalized, request)
+        if request.name in legalized:
+            kernel, why = _single_call_tir(legalized[request.name], request)
         if request.for_decision:
             if kernel is None:
                 result.not_stock_foldable.update({site.node_id: why for site in request.members})
@@ -323,6 +363,13 @@ def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite]) -> KernelSet:
     retries = _read_back(requests, result)
     if retries:
         _read_back(retries, result)
+    for site in sites:
+        kernel = result.kernels.get(site.node_id)
+        if site.zero_size_leaves and kernel is not None:
+            read = {a for a in kernel.arg_map if isinstance(a, int)}
+            unread = tuple(i for i in site.zero_size_leaves if i not in read)
+            if unread:
+                result.unread_zero_size[site.node_id] = unread
     return result
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -26,7 +27,7 @@ from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
 from .._core.reasons import Reason
 from . import _compat
-from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
 
 __all__ = ["SiteKind", "CallSite", "LoweredModule", "StaticShapeVar", "lower_relax", "STOCK_MAX_CREATION_ELEMENTS"]
 
@@ -69,6 +70,8 @@ class CallSite:
     leaf_constants: List[Optional[relax.Expr]] = field(default_factory=list)
     template_args: List[object] = field(default_factory=list)
     potentially_constant: bool = False
+    #: leaves that are run-time tensors of a static zero-size shape (see ``_add_leaf``)
+    zero_size_leaves: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -156,6 +159,8 @@ def _lower_seq(
                 env[var] = _OPAQUE
                 continue
             value = binding.value
+            _check_annotation(scope, label, value)
+            _check_normalized(scope, label, value)
             if _compat.is_constant(value):
                 env[var] = _Env("const", value=value)
             elif isinstance(value, relax.Var):
@@ -177,6 +182,36 @@ def _lower_seq(
                     inner.update({p: _OPAQUE for p in value.params})
                     _lower_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
                 env[var] = _OPAQUE
+
+
+def _check_annotation(scope: str, label: str, value: relax.Expr) -> None:
+    """Refuse a malformed annotation (first: a hand-built one is usually not normalized either)."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
+        return
+    op_name = value.op.name
+    if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and len(value.args) != 1:
+        raise UnsupportedIRError(f"function {scope}: {label} = {op_name} has {len(value.args)} operands, expected 1")
+    if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and _compat.has_type(value.args[0]):
+        if not isinstance(_compat.type_of(value.args[0]), _compat.TensorType):
+            raise non_tensor_operand_error(op_name, value.args[0], f"function {scope}: {label} = ")
+
+
+def _check_normalized(scope: str, label: str, value: relax.Expr) -> None:
+    """Refuse a binding whose value (or an argument of it) has no type yet.
+
+    Normalizing it here would not help: TVM's normalizer writes the types it infers into the
+    existing nodes, which are the caller's, so the caller's module would change.
+    """
+    parts = [value] + (list(value.args) if isinstance(value, relax.Call) else [])
+    if all(_compat.has_type(part) for part in parts):
+        return
+    what = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else type(value).__name__
+    raise PreconditionError(
+        f"function {scope}: {label} = {what}(...) has no type yet, so the body is not normalized "
+        "(it was built around relax.Call objects outside a BlockBuilder); fold_guard does not "
+        "normalize it itself, because TVM's normalizer writes types into the caller's nodes. "
+        "Hint: run relax.transform.Normalize() first"
+    )
 
 
 def _lower_call(
@@ -215,10 +250,6 @@ def _lower_call(
     else:
         display = op_name
         if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
-            if len(call.args) != 1:
-                raise UnsupportedIRError(
-                    f"function {scope}: {label} = {op_name} has {len(call.args)} operands, expected 1"
-                )
             annotation = Annotation.BARRIER if op_name == FOLD_BARRIER_OP else Annotation.ALLOW
             site.kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
         else:
@@ -250,8 +281,9 @@ def _lower_call(
 
     site.potentially_constant = all(
         inp.kind is InputKind.CONSTANT
+        or index in site.zero_size_leaves
         or (inp.kind is InputKind.NODE and out.sites[inp.source].potentially_constant and out.sites[inp.source].kind is not SiteKind.BARRIER)
-        for inp in inputs
+        for index, inp in enumerate(inputs)
     ) and site.kind is not SiteKind.OTHER
 
     out.nodes.append(
@@ -310,6 +342,13 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     else:
         # parameters, and (as in the stock pass) variables bound to tuples or shapes
         inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
+        shape = tensor.shape if tensor is not None else None
+        if shape is not None and None not in shape and 0 in shape:
+            # A zero-size tensor has one possible value, the empty one. Stock folds a call on it
+            # when the call's legalized kernel does not read it (``sum`` over a zero-size axis
+            # legalizes to ``full(0)``); the kernels tell (``KernelSet.unread_zero_size``).
+            site.zero_size_leaves.append(index)
+            constant = relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
     site.leaf_constants.append(constant)
     return index
 

@@ -28,7 +28,15 @@ from tvm.ir import _ffi_api as _ir_ffi
 from .._core.errors import UnsupportedIRError
 from . import _compat
 
-__all__ = ["FOLD_BARRIER_OP", "FOLD_ALLOW_OP", "register_ops", "fold_barrier", "fold_allow", "is_annotation"]
+__all__ = [
+    "FOLD_BARRIER_OP",
+    "FOLD_ALLOW_OP",
+    "register_ops",
+    "fold_barrier",
+    "fold_allow",
+    "is_annotation",
+    "non_tensor_operand_error",
+]
 
 FOLD_BARRIER_OP = "relax.fold_barrier"
 FOLD_ALLOW_OP = "relax.fold_allow"
@@ -39,13 +47,37 @@ _DESCRIPTIONS = {
 }
 
 
+def non_tensor_operand_error(op_name: str, operand: relax.Expr, where: str = "") -> UnsupportedIRError:
+    """The error for an annotation over something that is not a tensor (the builders, type
+    inference and the passes all refuse it with this text).
+
+    Only tensors are supported: a barrier over a shape, a PrimValue, a string, a tuple or a
+    function has no constant of its own dtype to keep, the stock ``FoldConstant`` asserts on a
+    barrier over a shape, and a barrier over a ``StringImm`` does not build.
+    """
+    kind = type(_compat.type_of(operand)).__name__ if _compat.has_type(operand) else type(operand).__name__
+    if isinstance(operand, relax.Var):
+        text = _compat.var_name(operand)
+    elif isinstance(operand, relax.Function):
+        text = "(a local function)"
+    else:
+        text = str(operand).splitlines()[0][:60]
+    return UnsupportedIRError(
+        f"{where}{op_name.split('.')[-1]} annotates tensors only, but its operand {text} is a {kind}; "
+        "hint: annotate the tensor that feeds it (for a tuple, each tensor field)"
+    )
+
+
 def _infer_identity_type(call: relax.Call, _builder: Any) -> Any:
     if len(call.args) != 1:
         raise UnsupportedIRError(
             f"{call.op.name} takes exactly one operand, got {len(call.args)} in {call}; "
             "build it with fold_guard.relax.fold_barrier(expr) / fold_allow(expr)"
         )
-    return _compat.type_of(call.args[0])
+    ty = _compat.type_of(call.args[0])
+    if not isinstance(ty, _compat.TensorType):
+        raise non_tensor_operand_error(call.op.name, call.args[0])
+    return ty
 
 
 def _legalize_to_operand(_builder: Any, call: relax.Call) -> relax.Expr:
@@ -114,6 +146,9 @@ def _annotate(op_name: str, expr: relax.Expr) -> relax.Call:
         raise UnsupportedIRError(
             f"{op_name.split('.')[-1]} expects a Relax expression, got {type(expr).__name__} ({expr!r})"
         )
+    # An operand built outside a BlockBuilder has no type yet: type inference checks it later.
+    if isinstance(expr, relax.Function) or (_compat.has_type(expr) and not isinstance(_compat.type_of(expr), _compat.TensorType)):
+        raise non_tensor_operand_error(op_name, expr)
     return relax.Call(tvm.ir.Op.get(op_name), [expr])
 
 

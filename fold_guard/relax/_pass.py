@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import tvm
 import tvm_ffi
@@ -12,12 +12,13 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
 from .._core.errors import PlanInvariantError, PreconditionError, UnsupportedIRError
-from .._core.graph import FoldGraph, FoldNode, dtype_nbytes
+from .._core.graph import FoldGraph, FoldNode, InputKind, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
-from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
+from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
 from .._core.reasons import Reason
 from .._core.report import FoldReport, FoldResult, StepTimer
 from .._pass_context import PASS_NAME, isolated_pass_context
+from .._serial import serialized
 from . import _compat
 from ._evaluate import evaluate_plan
 from ._kernel_cache import CacheSetting, resolve_cache
@@ -61,14 +62,23 @@ def _with_kernel_facts(node: FoldNode, kernels: KernelSet) -> FoldNode:
     """Add what legalization found: no kernel at all, or a kernel the stock pass would not use."""
     if node.unfoldable is None and node.id in kernels.unsupported:
         node = dataclasses.replace(node, unfoldable=Reason.UNSUPPORTED, unfoldable_detail=kernels.unsupported[node.id])
+    if node.id in kernels.unread_zero_size:
+        unread = kernels.unread_zero_size[node.id]
+        inputs = tuple(
+            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp for i, inp in enumerate(node.inputs)
+        )
+        node = dataclasses.replace(node, inputs=inputs)
     if node.id in kernels.not_stock_foldable and node.default_fold:
         why = kernels.not_stock_foldable[node.id]
         node = dataclasses.replace(node, default_fold=False, default_rule=f"relax: {node.op} {why}; stock does not fold it")
     return node
 
 
-def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
+@serialized
+def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, max_fold_bytes: Optional[int] = None) -> FoldPlan:
     """Decide what :func:`FoldConstant` would fold in ``mod``, without compiling or changing anything.
+
+    ``max_fold_bytes`` is as in :func:`FoldConstant`.
 
     Examples
     --------
@@ -89,14 +99,22 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
       main: gv = relax.add: not constant: input x is not constant
     """
     with isolated_pass_context():
-        _, _, graph, resolved = analyse(mod, policy, StepTimer())
+        _, _, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
     return plan_folds(graph, resolved)
 
 
+@serialized
 def fold(
-    mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False, kernel_cache: CacheSetting = None
+    mod: tvm.IRModule,
+    *,
+    policy: PolicySpec = "default",
+    strict: bool = False,
+    max_fold_bytes: Optional[int] = None,
+    kernel_cache: CacheSetting = None,
 ) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
+
+    ``max_fold_bytes`` is as in :func:`FoldConstant`.
 
     Returns a :class:`FoldResult`; ``mod`` itself is never changed. With ``strict=True`` a
     ``fold_allow`` that cannot fold, or a call whose evaluation fails, raises
@@ -126,12 +144,14 @@ def fold(
     ['folded', 'kept by barrier', 'not constant']
     """
     with isolated_pass_context():
-        return _fold(mod, policy, strict, kernel_cache)
+        return _fold(mod, policy, strict, max_fold_bytes, kernel_cache)
 
 
-def _fold(mod: tvm.IRModule, policy: PolicySpec, strict: bool, kernel_cache: CacheSetting) -> FoldResult:
+def _fold(
+    mod: tvm.IRModule, policy: PolicySpec, strict: bool, max_fold_bytes: Optional[int], kernel_cache: CacheSetting
+) -> FoldResult:
     timer = StepTimer()
-    lowered, kernels, graph, resolved = analyse(mod, policy, timer)
+    lowered, kernels, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), timer)
     if strict and not relax.analysis.check_well_formed(mod):
         # checked up front so the post-condition below can only ever blame fold_guard
         raise PreconditionError(
@@ -229,7 +249,11 @@ class _FoldConstantPass:
 
 
 def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
-    policy: PolicySpec = "default", *, strict: bool = False, kernel_cache: CacheSetting = None
+    policy: PolicySpec = "default",
+    *,
+    strict: bool = False,
+    max_fold_bytes: Optional[int] = None,
+    kernel_cache: CacheSetting = None,
 ) -> tvm.transform.Pass:
     """fold_guard's drop-in for ``relax.transform.FoldConstant``.
 
@@ -244,6 +268,12 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
         Raise :class:`~fold_guard.FoldNotPossibleError` when a ``fold_allow`` cannot fold or an
         evaluation fails, instead of keeping the call and reporting why. Off by default, like the
         stock pass, which silently skips what it cannot evaluate.
+    max_fold_bytes : int, optional
+        An absolute memory budget: a call whose results would take more bytes is kept (reason
+        "over budget", rule ``max_fold_bytes``), decided from its type before anything is
+        allocated or compiled. It outranks ``fold_allow`` (only a barrier ranks higher). ``None``
+        (the default) is no budget, as in the stock pass; a policy can carry one too
+        (:func:`fold_guard.memory_budget`), and the tighter budget applies.
     kernel_cache : None, False, or a path
         The persistent kernel cache (see :func:`fold`): on by default, so a second fold of the
         same or a similarly built model compiles nothing.
@@ -293,4 +323,4 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     >>> folding.info.name, folding.implementation, folding.policy.name
     ('FoldConstant', 'fold_guard.relax.FoldConstant', 'keep-qdq-weights')
     """
-    return _FoldConstantPass(resolve_policy(policy), bool(strict), kernel_cache)
+    return _FoldConstantPass(with_budget(policy, max_fold_bytes), bool(strict), kernel_cache)

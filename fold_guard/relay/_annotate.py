@@ -14,6 +14,7 @@ from .._core.graph import Annotation, FoldGraph
 from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, PolicySpec
 from .._core.report import StepTimer
+from .._serial import serialized
 from ._ops import fold_allow, fold_barrier
 from ._pass import analyse, module_like
 from ._rewrite import substitute_calls
@@ -21,6 +22,7 @@ from ._rewrite import substitute_calls
 __all__ = ["annotate", "allow_constant_qnn"]
 
 
+@serialized
 def annotate(
     mod: tvm.IRModule,
     params: Optional[Mapping[str, object]] = None,

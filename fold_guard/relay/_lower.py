@@ -143,10 +143,16 @@ def is_primitive(func: relay.Function) -> bool:
 
 
 def is_optimizable(func: relay.Function) -> bool:
-    """True for a function stock function passes visit (no Compiler / Extern / SkipOptimization)."""
+    """True for a function stock function passes visit (no Compiler / Extern / SkipOptimization).
+
+    Stock ``FoldConstant`` never rewrites inside a ``Primitive`` (fused) function either: its
+    body is one kernel, whose operands are the kernel's parameters.
+    """
     attrs = func.attrs
     if attrs is None:
         return True
+    if is_primitive(func):
+        return False
     keys = set(attrs.keys())
     if "Compiler" in keys:
         return False
@@ -246,8 +252,30 @@ def tensor_infos(ty: Optional[tvm.ir.Type]) -> Tuple[TensorInfo, ...]:
 # --- Lowering ------------------------------------------------------------------------------------
 
 
+def function_names(functions: Optional[Iterable[str]]) -> Optional[Tuple[str, ...]]:
+    """``functions`` as a tuple of names; one string is one name (``"main"``, not its letters)."""
+    if functions is None:
+        return None
+    if isinstance(functions, str):
+        return (functions,)
+    try:
+        names = tuple(functions)
+    except TypeError:
+        raise PreconditionError(
+            f"functions must be a function name or an iterable of names, got {type(functions).__name__} {functions!r}"
+        ) from None
+    for name in names:
+        if not isinstance(name, str):
+            raise PreconditionError(
+                f"functions must name global functions by string, got {type(name).__name__} {name!r} in {names!r}; "
+                "hint: use gvar.name_hint for a GlobalVar"
+            )
+    return names
+
+
 def foldable_functions(mod: tvm.IRModule, names: Optional[Iterable[str]]) -> List[Tuple[str, relay.Function]]:
     """The global functions to fold: the named ones, or every one stock ``FoldConstant`` visits."""
+    names = function_names(names)
     relay_functions = {gv.name_hint: func for gv, func in mod.functions.items() if isinstance(func, relay.Function)}
     if names is None:
         return sorted((name, f) for name, f in relay_functions.items() if is_optimizable(f))
@@ -374,6 +402,14 @@ class _Lowerer:
         else:
             for index, arg in enumerate(args):
                 inputs.extend(self._inputs_of(arg, _arg_label(call, index)))
+            if annotation is not Annotation.NONE and not isinstance(_checked_type(call.args[0]), relay.TensorType):
+                # A barrier over a tuple passes type inference (its relation is Identity) but does
+                # not build, and the stock pass crashes on an allow over one.
+                raise UnsupportedIRError(
+                    f"function {function}: {self._label(call, node_id)} = {op.name} annotates tensors only, but "
+                    f"its operand is a {type(_checked_type(call.args[0])).__name__}; hint: annotate each "
+                    "tensor field (relay.Tuple([fold_barrier(a), fold_barrier(b)])) or the tensor that feeds it"
+                )
             if annotation is Annotation.ALLOW:
                 kind = SiteKind.ALLOW
             elif annotation is Annotation.NONE:

@@ -71,6 +71,13 @@ def _annotate(op_name: str, expr: relay.Expr) -> relay.Call:
             f"{op_name} expects a Relay expression, got {type(expr).__name__} ({expr!r}); "
             "wrap NumPy data with relay.const(...) first"
         )
+    if isinstance(expr, relay.Tuple):
+        # The passes check every operand's type too (a call returning a tuple is only known
+        # to be one after type inference).
+        raise UnsupportedIRError(
+            f"{op_name} annotates tensors only, got a relay.Tuple of {len(expr.fields)} fields; "
+            "hint: annotate each field, relay.Tuple([fold_barrier(a), fold_barrier(b)])"
+        )
     return relay.Call(relay.op.get(op_name), [expr])
 
 

@@ -12,11 +12,12 @@ from tvm import relay
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
-from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
+from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
 from .._core.report import FoldReport, FoldResult, StepTimer
 from .._pass_context import PASS_NAME, isolated_pass_context
+from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
-from ._lower import LoweredModule, foldable_functions, is_true, lower_relay, postorder
+from ._lower import LoweredModule, foldable_functions, function_names, is_true, lower_relay, postorder
 from ._rewrite import remap_global_vars, rewrite_function
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
@@ -144,8 +145,17 @@ def _plan_and_evaluate(
     return fold_plan, values, runs
 
 
-def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Optional[Iterable[str]] = None) -> FoldPlan:
+@serialized
+def plan(
+    mod: tvm.IRModule,
+    policy: PolicySpec = "default",
+    *,
+    functions: Optional[Iterable[str]] = None,
+    max_fold_bytes: Optional[int] = None,
+) -> FoldPlan:
     """Decide what :func:`FoldConstant` would fold in ``mod``, without evaluating or changing anything.
+
+    ``functions`` and ``max_fold_bytes`` are as in :func:`FoldConstant`.
 
     Examples
     --------
@@ -162,18 +172,22 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, functions: Option
       main: %1 = fold_barrier: kept by barrier [fold_barrier]: operand is constant; the barrier stays; nothing that consumes it folds
       main: %2 = add: not constant: input x is not constant
     """
-    analysis = analyse(mod, policy, functions, StepTimer())
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, StepTimer())
     return plan_folds(FoldGraph(analysis.lowered.nodes), analysis.policy)
 
 
+@serialized
 def fold(
     mod: tvm.IRModule,
     *,
     policy: PolicySpec = "default",
     strict: bool = False,
     functions: Optional[Iterable[str]] = None,
+    max_fold_bytes: Optional[int] = None,
 ) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
+
+    ``max_fold_bytes`` is as in :func:`FoldConstant`.
 
     Returns a :class:`FoldResult`; ``mod`` itself is never changed. ``functions`` names the
     global functions to fold; by default every Relay function the stock pass folds (all but
@@ -198,7 +212,7 @@ def fold(
      [2 2]]
     """
     timer = StepTimer()
-    analysis = analyse(mod, policy, functions, timer)
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, timer)
     typed, lowered = analysis.typed, analysis.lowered
     values_by_call: Dict[relay.Call, relay.Expr] = {}
     failures_by_call: Dict[relay.Call, str] = {}
@@ -311,6 +325,7 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     *,
     strict: bool = False,
     functions: Optional[Iterable[str]] = None,
+    max_fold_bytes: Optional[int] = None,
 ) -> tvm.transform.Pass:
     """fold_guard's drop-in for ``relay.transform.FoldConstant``.
 
@@ -326,10 +341,14 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
         Raise :class:`~fold_guard.FoldNotPossibleError` when a ``fold_allow`` cannot fold or an
         evaluation fails, instead of keeping the call and reporting why. Off by default, like the
         stock pass, which silently skips what it cannot evaluate.
-    functions : iterable of str, optional
-        The global functions to fold. By default every function the stock pass folds: all but
+    functions : str or iterable of str, optional
+        The global functions to fold (one string names one function). By default every function the stock pass folds: all but
         those with a ``Compiler``, ``Extern`` or ``SkipOptimization`` attribute. Naming a
         partitioned external function folds it and leaves every other function unchanged.
+    max_fold_bytes : int, optional
+        An absolute memory budget: a call whose results would take more bytes is kept (reason
+        "over budget"), decided from its type before anything is evaluated. It outranks
+        ``fold_allow``; ``None`` (the default) is no budget, as in the stock pass.
 
     Returns
     -------
@@ -375,5 +394,5 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     >>> folding.info.name, folding.info.opt_level, folding.implementation, folding.policy.name
     ('FoldConstant', 2, 'fold_guard.relay.FoldConstant', 'fold-qnn')
     """
-    names = None if functions is None else tuple(functions)
-    return _FoldConstantPass(resolve_policy(policy), bool(strict), names)
+    names = function_names(functions)
+    return _FoldConstantPass(with_budget(policy, max_fold_bytes), bool(strict), names)

@@ -1,0 +1,202 @@
+"""The catalogue of bad and unusual input (issue 11, guarantee 6), one parametrised test.
+
+Every kind either raises a fold_guard error of the stated class whose message names the
+offending expression or argument, or (unusual but valid input: NaN, every dtype) folds as the
+stock pass folds it, or keeps the call with a reason where stock itself fails. In every case the
+caller's module is byte-for-byte what it was (``tvm.ir.save_json`` before and after). RFC.md
+("Bad input") has the same catalogue as a table.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+import fold_guard
+import fold_guard.relax as fgr
+from fold_guard import Action, FoldPolicy, Rule
+from fold_guard.testing.reliability import Kind, check_kind, keep_exp_policy, register_twice
+from test_errors import AllowDynamic, AllowUnsupported, EvalFails
+
+A = np.arange(4, dtype="float32")
+
+
+def _module(build: Callable[[relax.Var], relax.Expr], shape=(4,), dtype="float32") -> tvm.IRModule:
+    """``main(x) = add-free build(x)`` in one dataflow block."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(build(x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _exp_module() -> tvm.IRModule:
+    return _module(lambda x: relax.op.add(x, relax.op.exp(relax.const(A))))
+
+
+def _raw(bindings, ret_var, ret_ty, params=()) -> tvm.IRModule:
+    """A module built without the normalizer (the shape hostile builders produce)."""
+    func = relax.Function(list(params), relax.SeqExpr([relax.BindingBlock(bindings)], ret_var), ret_ty)
+    return tvm.IRModule({"main": func})
+
+
+def _annotation_over_shape() -> tvm.IRModule:
+    s = relax.Var("s", relax.ShapeType([4]))
+    return _raw([relax.VarBinding(s, relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [relax.ShapeExpr([4])]))], s, relax.ShapeType([4]))
+
+
+def _two_operand_annotation() -> tvm.IRModule:
+    c = relax.const(A)
+    b = relax.Var("b", relax.TensorType((4,), "float32"))
+    return _raw([relax.VarBinding(b, relax.Call(tvm.ir.Op.get("relax.fold_allow"), [c, c]))], b, relax.TensorType((4,), "float32"))
+
+
+def _unnormalized() -> tvm.IRModule:
+    lv = relax.Var("lv", relax.TensorType((4,), "float32"))
+    return _raw([relax.VarBinding(lv, relax.op.exp(relax.const(A)))], lv, relax.TensorType((4,), "float32"))
+
+
+@I.ir_module
+class Conflicting:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        with R.dataflow():
+            b = R.fold_barrier(R.exp(R.const(A)))
+            a = R.fold_allow(b)
+            y = R.add(x, a)
+            R.output(y)
+        return y
+
+
+@I.ir_module
+class AllowRuntime:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        with R.dataflow():
+            e = R.exp(x)
+            a = R.fold_allow(e)
+            R.output(a)
+        return a
+
+
+@I.ir_module
+class AllowImpure:
+    @R.function(pure=False)
+    def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        p = R.call_packed("testing.echo", R.const(A), ty_args=R.Tensor((4,), "float32"))
+        a = R.fold_allow(p)
+        y = R.add(x, a)
+        return y
+
+
+def _not_well_formed() -> tvm.IRModule:
+    """``y`` is used in a second function where it is not defined."""
+    mod = _exp_module()
+    y = mod["main"].body.body
+    other = relax.Function([], relax.SeqExpr([], y), relax.TensorType((4,), "float32"))
+    return tvm.IRModule({"main": mod["main"], "other": other})
+
+
+def _nested_annotations() -> tvm.IRModule:
+    c = relax.const(A)
+    return _module(lambda x: relax.op.add(x, fgr.fold_barrier(fgr.fold_barrier(fgr.fold_allow(relax.op.exp(c))))))
+
+
+def _dtype_module(dtype: str) -> tvm.IRModule:
+    """``main(x: float32[4]) = add(x, astype(add(c, c), float32))`` for ``c`` of ``dtype``."""
+    values = [0, 1, 1, 0] if dtype == "bool" else [1, 2, 3, 4]
+    if dtype in ("bool", "int64", "uint8", "int8", "float16", "float64"):
+        c = relax.const(np.array(values, dtype=dtype))
+    else:  # no NumPy dtype: converted from float32 (the conversion folds too)
+        c = relax.op.astype(relax.const(np.array(values, "float32")), dtype)
+    combine = relax.op.logical_or if dtype == "bool" else relax.op.add
+    return _module(lambda x: relax.op.add(x, relax.op.astype(combine(c, c), "float32")))
+
+
+def _nonfinite_module() -> tvm.IRModule:
+    c = relax.const(np.array([np.nan, np.inf, -np.inf, 1.0], "float32"))
+    return _module(lambda x: relax.op.add(x, relax.op.multiply(relax.op.exp(c), relax.const(np.float32(2)))))
+
+
+def _like_stock(result, mod) -> None:
+    """Folds as the stock pass does; where the stock pass itself fails, keeps every call it could
+    not evaluate with a reason instead of raising."""
+    try:
+        stock = relax.transform.FoldConstant()(mod)
+    except Exception:  # noqa: BLE001 - stock's failure on exotic dtypes is what we compare with
+        assert relax.analysis.well_formed(result.mod)
+        cannot = {fold_guard.Reason.UNSUPPORTED, fold_guard.Reason.EVAL_FAILED, fold_guard.Reason.NOT_CONSTANT}
+        assert all(d.reason in cannot for d in result.plan.kept), result.plan.explain()
+        return
+    assert tvm_ffi.structural_equal(result.mod, stock)
+
+
+FOLD = lambda mod: fgr.fold(mod)  # noqa: E731
+STRICT = lambda mod: fgr.fold(mod, strict=True)  # noqa: E731
+
+KINDS: Dict[str, Kind] = {
+    # not a module at all
+    "not-a-module-none": Kind(lambda: None, FOLD, fold_guard.UnsupportedIRError, r"expects a tvm.IRModule, got NoneType"),
+    "not-a-module-str": Kind(lambda: "def main(): ...", FOLD, fold_guard.UnsupportedIRError, r"got str"),
+    "not-a-module-function": Kind(lambda: _exp_module()["main"], lambda f: fgr.plan(f), fold_guard.UnsupportedIRError, r"got Function.*tvm.IRModule\(\{'main': func\}\)"),
+    "not-a-module-ndarray": Kind(lambda: A, FOLD, fold_guard.UnsupportedIRError, r"got ndarray"),
+    # policies
+    "unknown-policy": Kind(_exp_module, lambda m: fgr.fold(m, policy="npu-turbo"), fold_guard.UnknownPolicyError, r"unknown fold policy 'npu-turbo'; registered"),
+    "misspelt-policy": Kind(_exp_module, lambda m: fgr.fold(m, policy="keep-qdq-weight"), fold_guard.UnknownPolicyError, r"'keep-qdq-weight'; did you mean 'keep-qdq-weights'\?"),
+    "misspelt-policy-in-pass": Kind(_exp_module, lambda m: fgr.FoldConstant("Default")(m), fold_guard.UnknownPolicyError, r"'Default'; did you mean 'default'\?"),
+    "misspelt-policy-in-list": Kind(_exp_module, lambda m: fgr.plan(m, ["default", "size-gaurd"]), fold_guard.UnknownPolicyError, r"'size-gaurd'; did you mean 'size-guard'\?"),
+    "empty-policy-list": Kind(_exp_module, lambda m: fgr.fold(m, policy=[]), fold_guard.PreconditionError, r"non-empty list of them, got \[\]"),
+    "policy-of-wrong-type": Kind(_exp_module, lambda m: fgr.fold(m, policy=42), fold_guard.PreconditionError, r"policy must be .*, got 42"),
+    "duplicate-registration": Kind(_exp_module, register_twice, fold_guard.PreconditionError, r"a policy named 'my-npu' is already registered"),
+    "raising-rule": Kind(_exp_module, lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: 1 / 0)), fold_guard.PolicyRuleError, r"policy 'my-npu', rule 'keep-exp', on main: lv = relax.exp: the predicate raised ZeroDivisionError"),
+    "non-bool-rule": Kind(_exp_module, lambda m: fgr.FoldConstant(keep_exp_policy(lambda call: "no"))(m), fold_guard.PolicyRuleError, r"rule 'keep-exp', on main: lv = relax.exp: the predicate returned str 'no'"),
+    "ndarray-rule": Kind(_exp_module, lambda m: fgr.plan(m, keep_exp_policy(lambda call: np.ones(2, bool))), fold_guard.PolicyRuleError, r"on main: lv = relax.exp: the predicate returned ndarray"),
+    "rule-with-str-action": Kind(_exp_module, lambda m: fgr.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "keep", "d", bool),))), fold_guard.PreconditionError, r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'keep'"),
+    "size-guard-str": Kind(_exp_module, lambda m: fgr.fold(m, policy=fold_guard.size_guard("2")), fold_guard.PreconditionError, r"size_guard growth_factor must be a number > 0, got '2'"),
+    "negative-budget": Kind(_exp_module, lambda m: fgr.fold(m, max_fold_bytes=-1), fold_guard.PreconditionError, r"max_fold_bytes must be a byte count .* got int -1"),
+    "budget-as-str": Kind(_exp_module, lambda m: fgr.FoldConstant(max_fold_bytes="1G")(m), fold_guard.PreconditionError, r"max_fold_bytes must be a byte count .* got str '1G'"),
+    # annotations
+    "conflicting-annotations": Kind(lambda: Conflicting, FOLD, fold_guard.ConflictingAnnotationsError, r"conflicting annotations in main: a = fold_allow\(b\) where b = fold_barrier"),
+    "annotation-over-shape": Kind(_annotation_over_shape, FOLD, fold_guard.UnsupportedIRError, r"function main: s = fold_barrier annotates tensors only, but its operand R.shape\(\[4\]\) is a ShapeType"),
+    "annotation-two-operands": Kind(_two_operand_annotation, lambda m: fgr.plan(m), fold_guard.UnsupportedIRError, r"function main: b = relax.fold_allow has 2 operands, expected 1"),
+    "annotate-a-non-expression": Kind(lambda: A, fgr.fold_barrier, fold_guard.UnsupportedIRError, r"fold_barrier expects a Relax expression, got ndarray"),
+    "nested-annotations": Kind(_nested_annotations, STRICT, check=lambda r, m: (_count(r.mod, "relax.fold_barrier") == 2) or pytest.fail("barriers lost")),
+    # strict: what cannot fold is an error naming the allow and the cause
+    "allow-over-non-constant-strict": Kind(lambda: AllowRuntime, STRICT, fold_guard.FoldNotPossibleError, r"function main: a = fold_allow\(\.\.\.\) cannot fold: not constant: input e is not constant"),
+    "allow-over-dynamic-shape-strict": Kind(lambda: AllowDynamic, STRICT, fold_guard.FoldNotPossibleError, r"function main: a = fold_allow\(\.\.\.\) cannot fold: dynamic shape: operand z cannot fold"),
+    "allow-over-impure-or-opaque-strict": Kind(lambda: AllowImpure, STRICT, fold_guard.FoldNotPossibleError, r"function main: a = fold_allow\(\.\.\.\) cannot fold: (impure|unsupported): operand p cannot fold"),
+    "allow-over-unsupported-strict": Kind(lambda: AllowUnsupported, STRICT, fold_guard.FoldNotPossibleError, r"a = fold_allow\(\.\.\.\) cannot fold: unsupported: operand z cannot fold.*FLegalize"),
+    "not-well-formed-strict": Kind(_not_well_formed, STRICT, fold_guard.PreconditionError, r"the input module is not well formed.*relax.analysis.well_formed"),
+    # structure
+    "not-normalized": Kind(_unnormalized, FOLD, fold_guard.PreconditionError, r"function main: lv = relax.exp\(\.\.\.\) has no type yet.*Normalize"),
+    "evaluation-fails-strict": Kind(lambda: EvalFails, STRICT, fold_guard.FoldNotPossibleError, r"function main: evaluating c = relax.call_tir failed: .*boom: first element too small"),
+    # unusual but valid: folds as stock does, or keeps with a reason where stock fails
+    "nan-and-inf": Kind(_nonfinite_module, FOLD, check=_like_stock),
+}
+for _dtype in ("bool", "int8", "uint8", "int64", "float16", "float64", "bfloat16", "int4", "uint4", "float8_e4m3fn", "float8_e5m2"):
+    KINDS[f"dtype-{_dtype}"] = Kind(lambda d=_dtype: _dtype_module(d), FOLD, check=_like_stock)
+
+
+def _count(mod: tvm.IRModule, op_name: str) -> int:
+    from golden import op_calls
+
+    return len(op_calls(mod, op_name))
+
+
+def test_the_catalogue_has_at_least_thirty_kinds():
+    assert len(KINDS) >= 30
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_bad_input(kind):
+    check_kind(KINDS[kind])

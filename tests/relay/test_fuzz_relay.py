@@ -1,0 +1,222 @@
+"""Fuzzing random well-formed Relay modules against the stock pass (issue 11).
+
+A module is ``main(x)`` over a random 2-D shape (zero-size and size-1 dims included), in graph
+form or let-bound (``ToANormalForm``), built from random steps over a pool of same-shaped values::
+
+    unary / binary elementwise, dense by a constant, conv2d 1x1, reshape and transpose round
+    trips, concatenate + split (tuples), zeros / ones / full, qnn.quantize -> qnn.dequantize per
+    tensor and per axis, qnn.dense and qnn.conv2d with qnn.requantize; any result may be wrapped
+    in fold_barrier or fold_allow.
+
+Invariants on each example: unannotated, ``default`` equals ``FoldConstant()`` and ``fold-qnn``
+equals ``FoldConstant(fold_qnn=True)``; the calls downstream of a barrier (and the barriers) are
+all still there after our pass and after a later stock pass; the built module computes the same
+bits before and after our pass; the input is untouched (JSON bytes); folding is deterministic and
+idempotent; ``fold(annotate(m, P))`` under default keeps and folds the same calls as ``fold(m, P)``.
+
+``FOLD_GUARD_FUZZ_EXAMPLES`` (default 200) and ``FOLD_GUARD_FUZZ_RUN_EVERY`` (default 4) as in
+``tests/relax/test_fuzz_relax.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import List, Tuple
+
+import numpy as np
+import pytest
+import tvm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tvm import relay
+from tvm.contrib import graph_executor
+
+import fold_guard.relay as fgr
+from fold_guard.relay._evaluate import evaluation_target
+
+EXAMPLES = int(os.environ.get("FOLD_GUARD_FUZZ_EXAMPLES", "200"))
+RUN_EVERY = int(os.environ.get("FOLD_GUARD_FUZZ_RUN_EVERY", "4"))
+POLICIES = ("default", "fold-qnn", "keep-qdq-weights", "qdq-accelerator", "size-guard", "weights-only")
+ANNOTATIONS = ("fold_barrier", "fold_allow")
+
+UNARY = (relay.exp, relay.negative, relay.abs, relay.sigmoid, relay.tanh, relay.floor)
+BINARY = (relay.add, relay.multiply, relay.subtract, relay.maximum, relay.minimum)
+KINDS = ("unary", "binary", "dense", "conv2d", "reshape", "transpose", "concat_split", "creation", "qdq", "qdq_axis", "qnn_dense", "qnn_conv2d")
+
+_STEP = st.tuples(
+    st.sampled_from(KINDS),
+    st.integers(0, 1 << 16),
+    st.integers(0, 1 << 16),
+    st.sampled_from(("none", "none", "none", "barrier", "allow")),
+)
+_MODULE = st.fixed_dictionaries({
+    "shape": st.tuples(st.sampled_from((0, 1, 2, 3)), st.sampled_from((1, 2, 3))),
+    "seed": st.integers(0, 2**31 - 1),
+    "steps": st.lists(_STEP, min_size=1, max_size=8),
+    "let": st.booleans(),
+    "policy": st.sampled_from(POLICIES),
+})  # fmt: skip
+
+
+def _qnn_tail(acc: relay.Expr, scale: float) -> relay.Expr:
+    """int32 accumulator -> requantize to int8 -> dequantize to float32."""
+    s, z = relay.const(np.float32(scale)), relay.const(0)
+    r = relay.qnn.op.requantize(acc, relay.const(np.float32(scale * scale)), z, s, z, out_dtype="int8")
+    return relay.qnn.op.dequantize(r, s, z)
+
+
+def build(spec: dict, *, annotate: bool) -> tvm.IRModule:
+    rows, cols = spec["shape"]
+    rng = np.random.default_rng(spec["seed"])
+    nonempty = rows * cols > 0
+
+    def const(shape, scale=2.0) -> relay.Expr:
+        return relay.const((rng.standard_normal(shape) * scale).astype("float32"))
+
+    x = relay.var("x", shape=(rows, cols), dtype="float32")
+    pool: List[Tuple[relay.Expr, bool]] = [(const((rows, cols)), False), (x, False), (const((rows, cols)), False)]
+    outputs = []
+    s, z = relay.const(np.float32(0.05)), relay.const(0)
+    for kind, first, second, wrap in spec["steps"]:
+        a, a_down = pool[first % len(pool)]
+        b, b_down = pool[second % len(pool)]
+        down = a_down
+        if kind == "unary":
+            value = UNARY[second % len(UNARY)](a)
+        elif kind == "binary":
+            value, down = BINARY[second % len(BINARY)](a, b), a_down or b_down
+        elif kind == "dense":
+            value = relay.nn.dense(a, const((cols, cols), 0.5))
+        elif kind == "conv2d" and nonempty:
+            image = relay.reshape(a, (1, 1, rows, cols))
+            value = relay.reshape(relay.nn.conv2d(image, const((1, 1, 1, 1)), kernel_size=(1, 1)), (rows, cols))
+        elif kind == "reshape" and nonempty:
+            value = relay.reshape(relay.reshape(a, (rows * cols,)), (rows, cols))
+        elif kind == "transpose":
+            value = relay.transpose(relay.transpose(a, (1, 0)), (1, 0))
+        elif kind == "concat_split":
+            both = relay.concatenate([a, b], axis=1)
+            value, down = relay.TupleGetItem(relay.split(both, 2, axis=1).astuple(), 0), a_down or b_down
+        elif kind == "creation":
+            which = second % 3
+            value = (
+                relay.zeros((rows, cols), "float32") if which == 0
+                else relay.ones((rows, cols), "float32") if which == 1
+                else relay.full(relay.const(np.float32(1.5)), (rows, cols), "float32")
+            )  # fmt: skip
+            down = False
+        elif kind in ("qdq", "qdq_axis"):
+            per_axis = kind == "qdq_axis"
+            scale = relay.const(np.full((cols,), 0.05, "float32")) if per_axis else s
+            zero = relay.const(np.zeros((cols,), "int32")) if per_axis else z
+            axis = 1 if per_axis else -1
+            q = relay.qnn.op.quantize(a, scale, zero, axis=axis, out_dtype="int8")
+            value = relay.qnn.op.dequantize(q, scale, zero, axis=axis)
+        elif kind == "qnn_dense" and nonempty:
+            q = relay.qnn.op.quantize(a, s, z, out_dtype="int8")
+            w = relay.qnn.op.quantize(const((cols, cols), 0.5), s, z, out_dtype="int8")
+            value = _qnn_tail(relay.qnn.op.dense(q, w, z, z, s, s, units=cols), 0.05)
+        elif kind == "qnn_conv2d" and nonempty:
+            q = relay.qnn.op.quantize(relay.reshape(a, (1, 1, rows, cols)), s, z, out_dtype="int8")
+            w = relay.qnn.op.quantize(const((1, 1, 1, 1), 0.5), s, z, out_dtype="int8")
+            acc = relay.qnn.op.conv2d(q, w, z, z, s, s, kernel_size=(1, 1), channels=1)
+            value = relay.reshape(_qnn_tail(acc, 0.05), (rows, cols))
+        else:
+            value = relay.negative(a)
+        outputs.append(value)
+        if annotate and wrap == "allow":
+            value = fgr.fold_allow(value)
+            outputs.append(value)
+        elif annotate and wrap == "barrier":
+            value = fgr.fold_barrier(value)
+            outputs.append(value)
+            down = True
+        pool.append((value, down))
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], relay.Tuple(outputs))))
+    return relay.transform.ToANormalForm()(mod) if spec["let"] else mod
+
+
+def _op_name(expr: relay.Expr) -> str:
+    return expr.op.name if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) else ""
+
+
+def _calls(mod: tvm.IRModule) -> List[relay.Call]:
+    found: List[relay.Call] = []
+    relay.analysis.post_order_visit(mod["main"], lambda n: found.append(n) if _op_name(n) else None)
+    return found
+
+
+def _downstream_of_barriers(mod: tvm.IRModule) -> Counter:
+    """Op calls that read a barrier, directly or through other calls (let-bound included)."""
+    down: set = set()
+    counts: Counter = Counter()
+    let_of: dict = {}
+
+    def visit(node):
+        if isinstance(node, relay.Let):
+            let_of[node.var] = node.value
+        if isinstance(node, relay.Call) and _op_name(node):
+            reads = [let_of.get(arg, arg) for arg in node.args]
+            reads = [f for r in reads for f in (r.fields if isinstance(r, relay.Tuple) else [r])]
+            reads = [let_of.get(r.tuple_value, r.tuple_value) if isinstance(r, relay.TupleGetItem) else r for r in reads]
+            if _op_name(node) == "fold_barrier" or any(r in down for r in reads):
+                down.add(node)
+                counts[_op_name(node)] += 1
+
+    relay.analysis.post_order_visit(mod["main"], visit)
+    return counts
+
+
+def _op_counts(mod: tvm.IRModule) -> Counter:
+    """Op calls by name, annotations left out and creation ops counted as one kind."""
+    creation = {"zeros", "ones", "full"}
+    return Counter("creation" if _op_name(c) in creation else _op_name(c) for c in _calls(mod) if _op_name(c) not in ANNOTATIONS)
+
+
+def _run(mod: tvm.IRModule, spec: dict) -> List[np.ndarray]:
+    with tvm.transform.PassContext(opt_level=3):  # as the other Relay build checks; QNN needs its canonicalization
+        lib = relay.build(mod, target=evaluation_target())
+    runtime = graph_executor.GraphModule(lib["default"](tvm.cpu()))
+    runtime.set_input("x", np.random.default_rng(spec["seed"] + 1).standard_normal(spec["shape"]).astype("float32"))
+    runtime.run()
+    return [runtime.get_output(i).numpy() for i in range(runtime.get_num_outputs())]
+
+
+def _copy(mod: tvm.IRModule) -> tvm.IRModule:
+    return tvm.ir.load_json(tvm.ir.save_json(mod))  # the stock passes write types into their input
+
+
+@pytest.mark.slow
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_MODULE)
+def test_fuzzed_relay_modules(spec):
+    plain = build(spec, annotate=False)
+    mod = build(spec, annotate=True)
+    saved, saved_plain = tvm.ir.save_json(mod), tvm.ir.save_json(plain)
+
+    # Guarantee 1: unannotated, default is FoldConstant() and fold-qnn is fold_qnn=True.
+    tvm.ir.assert_structural_equal(fgr.fold(plain).mod, relay.transform.FoldConstant()(_copy(plain)), map_free_vars=True)
+    fold_qnn = relay.transform.FoldConstant(fold_qnn=True)(_copy(plain))
+    tvm.ir.assert_structural_equal(fgr.fold(plain, policy="fold-qnn").mod, fold_qnn, map_free_vars=True)
+
+    # Guarantee 3: barriers and everything downstream of them survive ours and a later stock pass.
+    guarded = _downstream_of_barriers(mod)
+    ours = fgr.fold(mod).mod
+    assert _downstream_of_barriers(ours) == guarded
+    assert _downstream_of_barriers(relay.transform.FoldConstant()(_copy(ours))) == guarded
+    # Guarantee 4: deterministic and idempotent.
+    tvm.ir.assert_structural_equal(fgr.fold(mod).mod, ours, map_free_vars=True)
+    tvm.ir.assert_structural_equal(fgr.fold(ours).mod, ours, map_free_vars=True)
+
+    # Guarantee 2: the same bits at run time.
+    if spec["seed"] % RUN_EVERY == 0 and not tvm.ir.structural_equal(ours, mod, map_free_vars=True):
+        for got, want in zip(_run(ours, spec), _run(_copy(mod), spec)):
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+    # annotate carries the policy.
+    policy = spec["policy"]
+    annotated = fgr.annotate(plain, policy=policy).mod
+    assert _op_counts(fgr.fold(annotated).mod) == _op_counts(fgr.fold(plain, policy=policy).mod)
+
+    assert tvm.ir.save_json(mod) == saved and tvm.ir.save_json(plain) == saved_plain
