@@ -84,7 +84,7 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
     >>> print(fgr.plan(bb.get()).explain())
     fold plan under policy 'default': 1 folded, 1 not constant
       main: lv = relax.exp: folded [default]
-      main: gv = relax.add: not constant: input x is not constant
+      main: gv = relax.add: not constant: 'x' is a run-time input
     """
     _, _, graph, resolved = analyse(mod, policy, StepTimer())
     return plan_folds(graph, resolved)
