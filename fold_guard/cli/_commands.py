@@ -99,9 +99,9 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
     spec = policy_spec(args.policy)
     # Refuse a bad OUT before the (slow) work, and write nothing until everything succeeded.
+    check_writable(args.output, "-o")
     if os.path.splitext(args.output)[1].lower() not in MODULE_SUFFIXES:
         raise CliError(f"-o {args.output}: unknown output format; use .json (tvm.ir.save_json) or .py (TVMScript)")
-    check_writable(args.output, "-o")
     if args.report:
         check_writable(args.report, "--report")
     steps = ["import", "fold"] + (["annotate"] if args.annotate else []) + (["check"] if args.check else [])
@@ -161,9 +161,9 @@ def cmd_draw(args: argparse.Namespace, out: TextIO) -> int:
 
     spec = policy_spec(args.policy)
     suffix = os.path.splitext(args.output)[1].lower()
+    check_writable(args.output, "-o")
     if suffix not in (".html", ".svg"):
         raise CliError(f"-o {args.output}: draw writes .html or .svg")
-    check_writable(args.output, "-o")
     with Progress(["import", "fold", "draw"], quiet=args.quiet) as progress:
         model = _load(args, progress)
         result = _fold(model, spec, progress)
