@@ -13,7 +13,7 @@ import sys
 from typing import Optional, Sequence, TextIO
 
 from .._core.errors import FoldGuardError
-from ._errors import EXIT_USAGE, CliError
+from ._errors import EXIT_OK, EXIT_USAGE, CliError
 
 __all__ = ["EXIT_INTERNAL", "SCHEMA_PATH", "main"]
 

@@ -54,11 +54,8 @@ def policy_spec(names: Optional[Sequence[str]]) -> PolicyNames:
 
 
 def _adapter(ir: str) -> Any:
-    if ir == "relay":
-        import fold_guard.relay as adapter
-    else:
-        import fold_guard.relax as adapter
-    return adapter
+    # Imported on demand: fold_guard.relay exists only with a Relay TVM (checked when loading).
+    return importlib.import_module(f"fold_guard.{ir}")
 
 
 def _load(args: argparse.Namespace, progress: Progress) -> LoadedModel:
