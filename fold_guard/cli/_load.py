@@ -48,6 +48,16 @@ def require_relay() -> None:
         )
 
 
+def require_relax() -> None:
+    """Refuse the Relax path where fold_guard.relax cannot run on the installed TVM."""
+    from .._core.errors import UnsupportedIRError
+
+    try:
+        import fold_guard.relax  # noqa: F401
+    except (ImportError, UnsupportedIRError) as err:
+        raise CliError(f"--ir relax: {' '.join(str(err).split())}; with a Relay TVM pass --ir relay") from err
+
+
 def load_model(path: str, *, ir: str = "relax", fq2i: bool = False) -> LoadedModel:
     """Read ``path`` (format by suffix) into a module of ``ir``.
 
@@ -68,8 +78,10 @@ def load_model(path: str, *, ir: str = "relax", fq2i: bool = False) -> LoadedMod
     """
     if ir == "relay":
         require_relay()
-    elif fq2i:
-        raise CliError("--fq2i: FakeQuantizationToInteger is a Relay pass; add --ir relay")
+    else:
+        require_relax()
+        if fq2i:
+            raise CliError("--fq2i: FakeQuantizationToInteger is a Relay pass; add --ir relay")
     if not os.path.exists(path):
         raise CliError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -93,7 +105,29 @@ def load_model(path: str, *, ir: str = "relax", fq2i: bool = False) -> LoadedMod
         from tvm import relay
 
         mod = relay.transform.FakeQuantizationToInteger()(relay.transform.InferType()(mod))
+    if ir == "relay":
+        layers = _relay_layer_names(mod)
     return LoadedModel(path, fmt, ir, mod, layers)
+
+
+def _relay_layer_names(mod: Any) -> Mapping[Tuple[str, str], str]:
+    """``(function, label) -> ONNX node`` from the spans Relay's frontends set on each call.
+
+    The labels are the Relay adapter's (``%3``, or a let variable), from the same lowering its
+    ``fold`` does, so they match the report's. A span's name is ``<output>@@<node>`` or the
+    node's name alone.
+    """
+    from .._core.report import StepTimer
+    from ..relay._pass import analyse
+
+    layers: Dict[Tuple[str, str], str] = {}
+    lowered = analyse(mod, "default", None, StepTimer()).lowered
+    for node, site in zip(lowered.nodes, lowered.sites):
+        span = site.call.span
+        name = getattr(getattr(span, "source_name", None), "name", "") if span is not None else ""
+        if name:
+            layers[(node.function, node.label)] = name.split("@@")[-1]
+    return layers
 
 
 def _check_ir(path: str, mod: Any, ir: str) -> None:
