@@ -86,7 +86,7 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
         result = _fold(model, spec, progress)
     report = _report(model, result)
     if args.json:
-        _emit(out, json.dumps(report, indent=2))
+        _emit(out, json.dumps(report))  # one line: indent switches json to its slow pure-Python encoder
     else:
         _emit(out, f"{model.path} ({model.format}, {model.ir})")
         _emit(out, format_summary(result.plan, report, verbose=args.verbose))

@@ -65,7 +65,7 @@ def write_atomically(path: str, text: str, what: str = "output") -> None:
 
 
 def write_json(path: str, data: Mapping[str, Any], what: str = "output") -> None:
-    write_atomically(path, json.dumps(data, indent=2) + "\n", what)
+    write_atomically(path, json.dumps(data) + "\n", what)
 
 
 def module_text(mod: Any, path: str, ir: str) -> str:
