@@ -21,6 +21,9 @@ must be left out too.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -95,6 +98,27 @@ _LEFT_OUT_PATHS: Tuple[Path, ...] = tuple(ROOT / path for path in LEFT_OUT)
 def _is_left_out(path: Path) -> bool:
     path = path.resolve()
     return any(path == left or left in path.parents for left in _LEFT_OUT_PATHS)
+
+
+#: fold_guard's persistent kernel cache (``fold_guard.relax._kernel_cache.CACHE_DIR_ENV``). The
+#: suite runs with the cache on, so every equivalence test also checks the constants cached kernels
+#: compute, but in a directory of its own: never the user's cache, and never one a previous run
+#: filled (which could hide a kernel that no longer builds).
+KERNEL_CACHE_ENV = "FOLD_GUARD_CACHE_DIR"
+_session_cache: Optional[str] = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _session_cache
+    if KERNEL_CACHE_ENV not in os.environ:
+        _session_cache = tempfile.mkdtemp(prefix="fold_guard-test-cache-")
+        os.environ[KERNEL_CACHE_ENV] = _session_cache
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _session_cache is not None:
+        shutil.rmtree(_session_cache, ignore_errors=True)
+        os.environ.pop(KERNEL_CACHE_ENV, None)
 
 
 def pytest_ignore_collect(collection_path: Path) -> Optional[bool]:

@@ -80,7 +80,8 @@ def main() -> None:
     print(
         f"stock FoldConstant took {stock_seconds * 1000:.0f} ms; "
         f"fold_guard took {result.report.total_seconds * 1000:.0f} ms "
-        f"({result.report.kernels_compiled} kernels compiled once)"
+        f"({result.report.kernels_compiled} kernels compiled once, "
+        f"{result.report.kernels_cached} loaded from the kernel cache)"
     )
 
 

@@ -128,7 +128,9 @@ class FoldNode:
     inputs (``Reason.IMPURE``, ``Reason.UNSUPPORTED``, ``Reason.DYNAMIC_SHAPE``), with
     ``unfoldable_detail`` saying why. ``default_fold`` says whether the IR's stock pass folds this
     call when all its inputs are constant; ``default_rule`` names the stock rule that keeps it
-    otherwise (for example ``"relax: ops fold only inside dataflow blocks"``).
+    otherwise (for example ``"relax: ops fold only inside dataflow blocks"``). ``lowered`` marks a
+    call that is already a compiled-kernel call (Relax ``call_tir``, as after ``LegalizeOps``):
+    its ``op`` no longer says what it computes.
     """
 
     id: int
@@ -143,6 +145,7 @@ class FoldNode:
     unfoldable_detail: str = ""
     default_fold: bool = True
     default_rule: str = ""
+    lowered: bool = False
 
     @property
     def where(self) -> str:

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Set, Tuple
 
-from .errors import ConflictingAnnotationsError, FoldNotPossibleError
+from .errors import ConflictingAnnotationsError, FoldNotPossibleError, PreconditionError
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
 from .policy import CallView, FoldPolicy
 from .reasons import Action, Reason
@@ -251,6 +251,8 @@ def _decide(
     if node.id in allowed:
         return fold(ALLOW_RULE, "inside a fold_allow subgraph")
 
+    if node.lowered and policy.reads_ops:
+        raise _lowered_call_error(node, policy)
     verdict = policy.decide(CallView(node, graph, uses))
     if verdict is not None:
         action, rule = verdict
@@ -286,6 +288,18 @@ def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optiona
             if found is None or rank < found[0]:
                 found = (rank, inp.label, value)
     return None if found is None else (found[1], found[2])
+
+
+def _lowered_call_error(node: FoldNode, policy: FoldPolicy) -> PreconditionError:
+    rules = ", ".join(rule.name for rule in policy.rules if rule.reads_ops)
+    return PreconditionError(
+        f"function {node.function}: {node.label} = {node.op} has constant inputs, but the module is "
+        f"already lowered (LegalizeOps turned its ops into kernel calls), and policy "
+        f"{policy.name!r} decides by op name ({rules}): it cannot tell what this call computes. "
+        "Hint: annotate before lowering (fold_guard.relax.annotate(mod, policy) right after the "
+        "import writes the policy into the module as fold_barrier / fold_allow, which every later "
+        "pipeline keeps), or fold this module under 'default' or a size_guard"
+    )
 
 
 def evaluation_error(node: FoldNode, detail: str) -> FoldNotPossibleError:

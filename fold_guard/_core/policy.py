@@ -124,12 +124,20 @@ class CallView:
 
 @dataclass(frozen=True)
 class Rule:
-    """One named rule: when ``matches(call)`` holds, the call gets ``action``."""
+    """One named rule: when ``matches(call)`` holds, the call gets ``action``.
+
+    ``reads_ops`` says whether the rule decides from op names (the call's, its consumers'). Such a
+    rule cannot see what an already-lowered kernel call computes, so the planner refuses to ask it
+    about one rather than let it fall through to the default unnoticed. It is True unless a rule
+    says otherwise, because a backend's predicate usually names ops; ``size_guard`` reads only
+    sizes.
+    """
 
     name: str
     action: Action
     description: str
     matches: Callable[[CallView], bool]
+    reads_ops: bool = True
 
     def __str__(self) -> str:
         return f"{self.name} ({self.action.value}): {self.description}"
@@ -148,6 +156,11 @@ class FoldPolicy:
     name: str
     description: str
     rules: Tuple[Rule, ...] = ()
+
+    @property
+    def reads_ops(self) -> bool:
+        """True when some rule decides from op names (see :attr:`Rule.reads_ops`)."""
+        return any(rule.reads_ops for rule in self.rules)
 
     def decide(self, call: CallView) -> Optional[Tuple[Action, Rule]]:
         """The action and the rule that chose it, or None when no rule has an opinion."""
@@ -225,6 +238,7 @@ def size_guard(
         f"keep a fold whose result is >= {min_result_bytes} bytes and more than "
         f"{growth_factor:g}x the bytes of its constant inputs",
         grows_too_much,
+        reads_ops=False,
     )
     return FoldPolicy(name, "keep folds that would materialise large constants", (rule,))
 

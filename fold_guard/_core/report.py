@@ -19,7 +19,8 @@ class FoldReport:
     ``constant_bytes_before`` / ``constant_bytes_after`` are the bytes of all tensor constants in
     the module's functions before and after the pass; ``seconds`` maps each step (for Relax: lower,
     legalize, plan, compile, evaluate, rewrite) to its wall time; ``kernels_compiled`` counts the distinct kernels
-    built for the single batched evaluation (Relax); ``evaluation_runs`` counts the interpreter runs
+    built for the single batched evaluation and ``kernels_cached`` those loaded from the persistent
+    kernel cache instead (Relax); ``evaluation_runs`` counts the interpreter runs
     that evaluated the folded calls (Relay, whose TE compiler does not report its kernels).
     """
 
@@ -27,6 +28,7 @@ class FoldReport:
     constant_bytes_before: int = 0
     constant_bytes_after: int = 0
     kernels_compiled: int = 0
+    kernels_cached: int = 0
     seconds: Mapping[str, float] = field(default_factory=dict)
     evaluation_runs: int = 0
 
@@ -58,7 +60,8 @@ class FoldReport:
     def _work(self) -> str:
         if self.evaluation_runs and not self.kernels_compiled:
             return f"evaluation runs: {self.evaluation_runs}"
-        return f"kernels compiled: {self.kernels_compiled}"
+        cached = f", {self.kernels_cached} loaded from the kernel cache" if self.kernels_cached else ""
+        return f"kernels compiled: {self.kernels_compiled}{cached}"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import tvm_ffi
 from tvm import relax
 
 from . import _compat
+from ._kernel_cache import KernelCache
 from ._lower import CALL_TIR_OP, CallSite, SiteKind, StaticShapeVar
 
 __all__ = ["Kernel", "KernelSet", "prepare_kernels", "KernelLibrary", "SHAPE_GENERIC_OPS"]
@@ -326,13 +327,19 @@ def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite]) -> KernelSet:
 
 
 class KernelLibrary:
-    """The distinct PrimFuncs of a set of kernels, compiled together once for the CPU."""
+    """The distinct PrimFuncs of a set of kernels, compiled together once for the CPU.
+
+    With a :class:`~fold_guard.relax._kernel_cache.KernelCache`, kernels built before (by this or
+    another process) are loaded from disk and only the others are compiled, into one library
+    that the cache keeps; without one, everything is built in memory and run by the JIT.
+    """
 
     TARGET = "llvm"
 
-    def __init__(self, kernels: Sequence[Kernel]):
+    def __init__(self, kernels: Sequence[Kernel], cache: Optional[KernelCache] = None):
         self._symbols: Dict[int, str] = {}
         self._funcs: Dict[str, tvm.tirx.PrimFunc] = {}
+        self._cache = cache
         by_hash: Dict[int, List[Tuple[tvm.tirx.PrimFunc, str]]] = {}
         for kernel in kernels:
             key = id(kernel.prim_func)
@@ -345,32 +352,65 @@ class KernelLibrary:
                 self._funcs[symbol] = kernel.prim_func.with_attr("global_symbol", symbol)
                 bucket.append((kernel.prim_func, symbol))
             self._symbols[key] = symbol
-        self._modules: Dict[str, Any] = {}  # symbol -> the runtime module that holds it
+        #: symbol -> (the runtime module that holds it, its name there)
+        self._compiled: Dict[str, Tuple[Any, str]] = {}
         self.failures: Dict[str, str] = {}
+        #: kernels compiled by this library, and kernels loaded from the persistent cache
+        self.compiled = 0
+        self.cached = 0
 
     @property
     def size(self) -> int:
         return len(self._funcs)
 
     def build(self) -> None:
-        """Compile every kernel in one ``tirx.build``; on failure build one by one to isolate it."""
+        """Load cached kernels, compile the rest in one batch; on failure build one by one."""
         if not self._funcs:
             return
+        funcs = dict(self._funcs)
+        if self._cache is not None:
+            funcs = self._build_through_cache(self._cache, funcs)
+            if not funcs:
+                return
         try:
-            batch = tvm.tirx.build(tvm.IRModule(dict(self._funcs)), target=self.TARGET)
-            self._modules = dict.fromkeys(self._funcs, batch)
+            batch = tvm.tirx.build(tvm.IRModule(funcs), target=self.TARGET)
+            self._compiled.update({symbol: (batch, symbol) for symbol in funcs})
+            self.compiled += len(funcs)
             return
         except Exception as err:  # noqa: BLE001 - fall back to per-kernel builds to find the culprit
             logger.debug("batched kernel build failed (%s); building kernels one by one", err)
-        for symbol, func in self._funcs.items():
+        for symbol, func in funcs.items():
             try:
-                self._modules[symbol] = tvm.tirx.build(tvm.IRModule({symbol: func}), target=self.TARGET)
+                self._compiled[symbol] = (tvm.tirx.build(tvm.IRModule({symbol: func}), target=self.TARGET), symbol)
+                self.compiled += 1
             except Exception as err:  # noqa: BLE001 - recorded as EVAL_FAILED for the calls using it
                 self.failures[symbol] = f"kernel build failed: {err}".splitlines()[0]
+
+    def _build_through_cache(self, cache: KernelCache, funcs: Dict[str, tvm.tirx.PrimFunc]) -> Dict[str, tvm.tirx.PrimFunc]:
+        """Load or build ``funcs`` through ``cache``; return those left to build without it."""
+        keys = {symbol: cache.key(func) for symbol, func in funcs.items()}
+        found = cache.lookup(sorted(set(keys.values())))
+        missing = {key: funcs[symbol] for symbol, key in keys.items() if key not in found}
+        if missing:
+            try:
+                found.update(cache.build(missing))
+            except Exception as err:  # noqa: BLE001 - no compiler, unwritable cache, a bad kernel...
+                logger.debug("fold_guard kernel cache: building through the cache failed (%s); "
+                             "building in memory", err)  # fmt: skip
+        left: Dict[str, tvm.tirx.PrimFunc] = {}
+        for symbol, key in keys.items():
+            if key in found:
+                self._compiled[symbol] = found[key]
+            else:
+                left[symbol] = funcs[symbol]
+        self.compiled += len({key for key in missing if key in found})
+        self.cached += len({key for symbol, key in keys.items() if key in found and key not in missing})
+        return left
 
     def function(self, kernel: Kernel) -> Any:
         """The compiled function for ``kernel``; RuntimeError if its build failed."""
         symbol = self._symbols[id(kernel.prim_func)]
         if symbol in self.failures:
             raise RuntimeError(self.failures[symbol])
-        return self._modules[symbol][symbol]
+        module, name = self._compiled[symbol]
+        return module[name]

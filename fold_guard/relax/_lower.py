@@ -268,6 +268,7 @@ def _lower_call(
             unfoldable_detail=detail,
             default_fold=default_fold,
             default_rule=default_rule,
+            lowered=site.kind is SiteKind.CALL_TIR,
         )
     )
     return site

@@ -1,9 +1,17 @@
 """The Relax annotation ops ``relax.fold_barrier`` and ``relax.fold_allow``.
 
-Both are identity at run time: their type is their operand's type, they are pure, and
-``LegalizeOps`` lowers them to their operand, so an annotated module compiles and runs as if the
-annotations were not there. Stock ``FoldConstant`` does not fold through them (their legalized
-form is not a TIR call), which is what keeps a barrier alive through a later stock pass.
+Both are identity at run time: their type is their operand's type and they are pure. They leave
+the module at different stages, and that difference is the point:
+
+* ``fold_allow`` legalizes to its operand (``FLegalize``). Once a module is legalized every call
+  is a TIR call that any ``FoldConstant`` folds from constants, so the request is fulfilled.
+* ``fold_barrier`` has no ``FLegalize``: ``LegalizeOps`` leaves it in place, and the stock
+  ``FoldConstant`` can neither legalize nor evaluate it, so it never folds across it. It is
+  removed only by ``LowerRuntimeBuiltin`` (through ``FLowerBuiltin``, the hook TVM's own
+  ``relax.builtin.stop_lift_params`` uses), which runs in the VM build after every pipeline's
+  folding. There it becomes a ``vm.builtin.reshape`` of its operand to its own shape: a view, no
+  copy, and a value in a VM register (``KillAfterLastUse`` has already scheduled a kill for it,
+  which a plain constant could not take).
 
 They are named ``relax.*`` so that the TVMScript printer writes ``R.fold_barrier(x)``; the parser
 learns them from the builders installed on ``tvm.script.parser.relax`` at registration.
@@ -44,6 +52,29 @@ def _legalize_to_operand(_builder: Any, call: relax.Call) -> relax.Expr:
     return call.args[0]
 
 
+#: The runtime builtin a barrier lowers to: a view of its operand (``Tensor::CreateView``).
+VIEW_BUILTIN = "vm.builtin.reshape"
+
+
+#: Reads a tensor's shape at run time, for a barrier whose operand's type does not give it.
+SHAPE_OF_BUILTIN = "vm.builtin.shape_of"
+
+
+def _lower_barrier_to_view(builder: Any, call: relax.Call) -> relax.Expr:
+    operand = call.args[0]
+    ty = _compat.type_of(operand)
+    if not isinstance(ty, _compat.TensorType):
+        # Shapes, prim values and tuples: KillAfterLastUse schedules no tensor kill for them.
+        return operand
+    shape = ty.shape
+    if shape is None:
+        ndim = getattr(ty, "ndim", -1)
+        shape = builder.emit(
+            relax.Call(relax.ExternFunc(SHAPE_OF_BUILTIN), [operand], ty_args=[relax.ShapeType(ndim=ndim)])
+        )
+    return relax.Call(relax.ExternFunc(VIEW_BUILTIN), [operand, shape], ty_args=[ty])
+
+
 def _is_registered(name: str) -> bool:
     return name in tvm.ir.Op.list_op_names()
 
@@ -59,7 +90,10 @@ def register_ops() -> None:
             op.add_argument("data", "Tensor", "The annotated value.")
             op.set_attr("FInferType", _infer_identity_type)
             op.set_attr("FPurity", True)
-            op.set_attr("FLegalize", _legalize_to_operand)
+            if name == FOLD_BARRIER_OP:
+                op.set_attr("FLowerBuiltin", _lower_barrier_to_view)
+            else:
+                op.set_attr("FLegalize", _legalize_to_operand)
     _install_parser_builders()
 
 
@@ -87,8 +121,9 @@ def fold_barrier(expr: relax.Expr) -> relax.Call:
     """Mark ``expr`` as a fold barrier: nothing that consumes it is folded.
 
     The operand itself may still fold (a constant subgraph above the barrier collapses into one
-    constant that stays under the barrier). The barrier survives fold_guard's pass and any later
-    stock ``relax.transform.FoldConstant``, and lowers to identity when the module is compiled.
+    constant that stays under the barrier). The barrier survives fold_guard's pass, ``LegalizeOps``
+    and any later stock ``relax.transform.FoldConstant`` (so every TVM pipeline), and becomes a
+    view of its operand (no copy) in the VM build.
 
     Examples
     --------

@@ -17,8 +17,10 @@ from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy
 from .._core.reasons import Reason
 from .._core.report import FoldReport, FoldResult, StepTimer
+from .._pass_context import PASS_NAME, isolated_pass_context
 from . import _compat
 from ._evaluate import evaluate_plan
+from ._kernel_cache import CacheSetting, resolve_cache
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
 from ._lower import LoweredModule, lower_relax
 from ._rewrite import rewrite_function
@@ -86,11 +88,14 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default") -> FoldPlan:
       main: lv = relax.exp: folded [default]
       main: gv = relax.add: not constant: 'x' is a run-time input
     """
-    _, _, graph, resolved = analyse(mod, policy, StepTimer())
+    with isolated_pass_context():
+        _, _, graph, resolved = analyse(mod, policy, StepTimer())
     return plan_folds(graph, resolved)
 
 
-def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False) -> FoldResult:
+def fold(
+    mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = False, kernel_cache: CacheSetting = None
+) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
 
     Returns a :class:`FoldResult`; ``mod`` itself is never changed. With ``strict=True`` a
@@ -98,6 +103,11 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     :class:`~fold_guard.FoldNotPossibleError`, an input that is not well formed raises
     :class:`~fold_guard.PreconditionError`, and the result is checked with
     ``relax.analysis.well_formed``.
+
+    ``kernel_cache`` chooses the persistent kernel cache: ``None`` (the default) uses
+    ``$FOLD_GUARD_CACHE_DIR`` or ``~/.cache/fold_guard`` (``FOLD_GUARD_CACHE_DIR=off`` disables
+    it), ``False`` disables it, a path relocates it. Kernels found there are loaded instead of
+    compiled (``report.kernels_cached``); see :mod:`fold_guard.relax._kernel_cache`.
 
     Examples
     --------
@@ -115,6 +125,11 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     >>> [d.reason.text for d in result.plan.decisions]
     ['folded', 'kept by barrier', 'not constant']
     """
+    with isolated_pass_context():
+        return _fold(mod, policy, strict, kernel_cache)
+
+
+def _fold(mod: tvm.IRModule, policy: PolicySpec, strict: bool, kernel_cache: CacheSetting) -> FoldResult:
     timer = StepTimer()
     lowered, kernels, graph, resolved = analyse(mod, policy, timer)
     if strict and not relax.analysis.check_well_formed(mod):
@@ -129,7 +144,7 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
     timer.lap("plan")
     # Step 4. Compile every kernel the plan needs, once.
     needed = [kernels.kernels[d.node] for d in fold_plan.folded if d.node in kernels.kernels]
-    library = KernelLibrary(needed)
+    library = KernelLibrary(needed, resolve_cache(kernel_cache, KernelLibrary.TARGET) if needed else None)
     library.build()
     timer.lap("compile")
     # Step 5. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
@@ -152,10 +167,11 @@ def fold(mod: tvm.IRModule, *, policy: PolicySpec = "default", strict: bool = Fa
         fold_plan,
         constant_bytes_before=_constant_bytes(mod),
         constant_bytes_after=_constant_bytes(new_mod),
-        kernels_compiled=library.size,
+        kernels_compiled=library.compiled,
+        kernels_cached=library.cached,
         seconds=dict(timer.seconds),
     )
-    logger.info("%s", report.explain(verbose=False))
+    logger.info("fold_guard.relax.FoldConstant: %s", report.explain(verbose=False))
     modified = not tvm_ffi.structural_equal(new_mod, mod)
     return FoldResult(new_mod, modified, fold_plan, report)
 
@@ -194,17 +210,27 @@ def _constant_bytes(mod: tvm.IRModule) -> int:
     return counter.total
 
 
-@tvm.transform.module_pass(opt_level=0, name="fold_guard.FoldConstant")
+#: Stock ``relax.transform.FoldConstant`` is a function pass at opt_level 0.
+STOCK_OPT_LEVEL = 0
+
+
+@tvm.transform.module_pass(opt_level=STOCK_OPT_LEVEL, name=PASS_NAME)
 class _FoldConstantPass:
-    def __init__(self, policy, strict: bool) -> None:
+    #: Who implements the pass, for users who look (its PassInfo carries the stock name).
+    implementation = "fold_guard.relax.FoldConstant"
+
+    def __init__(self, policy, strict: bool, kernel_cache: CacheSetting) -> None:
         self.policy = policy
         self.strict = strict
+        self.kernel_cache = kernel_cache
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return fold(mod, policy=self.policy, strict=self.strict).mod
+        return fold(mod, policy=self.policy, strict=self.strict, kernel_cache=self.kernel_cache).mod
 
 
-def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm.transform.Pass:  # noqa: N802
+def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
+    policy: PolicySpec = "default", *, strict: bool = False, kernel_cache: CacheSetting = None
+) -> tvm.transform.Pass:
     """fold_guard's drop-in for ``relax.transform.FoldConstant``.
 
     Parameters
@@ -218,11 +244,18 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
         Raise :class:`~fold_guard.FoldNotPossibleError` when a ``fold_allow`` cannot fold or an
         evaluation fails, instead of keeping the call and reporting why. Off by default, like the
         stock pass, which silently skips what it cannot evaluate.
+    kernel_cache : None, False, or a path
+        The persistent kernel cache (see :func:`fold`): on by default, so a second fold of the
+        same or a similarly built model compiles nothing.
 
     Returns
     -------
     tvm.transform.Pass
-        A module pass named ``fold_guard.FoldConstant``.
+        A module pass registered as ``FoldConstant`` at opt_level 0, like the stock pass, so
+        ``PassContext(disabled_pass=["FoldConstant"])`` and ``opt_level`` gating treat both alike.
+        ``.implementation`` says ``"fold_guard.relax.FoldConstant"`` and ``.policy`` names the
+        policy. Its internal ``LegalizeOps`` and kernel builds run out of sight of pass
+        instruments, as the stock pass's internal work does.
 
     Raises
     ------
@@ -234,6 +267,12 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
     Like the stock pass, operators fold only inside dataflow blocks (run
     ``relax.transform.ConvertToDataflow()`` first to fold more), and every call is evaluated on the
     CPU through its legalized TIR kernel. All kernels of one module are compiled in one batch.
+
+    Run it before ``LegalizeOps``: a policy that decides by op name (every built-in but
+    ``default`` and ``size-guard``) cannot see what a ``call_tir`` computes, so on a module that is
+    already legalized it raises :class:`~fold_guard.PreconditionError` instead of silently acting
+    like ``default``. To carry a policy through a pipeline you do not control, ``annotate`` the
+    module right after import; the annotations survive every TVM pipeline.
 
     Examples
     --------
@@ -250,7 +289,8 @@ def FoldConstant(policy: PolicySpec = "default", *, strict: bool = False) -> tvm
             y = R.matmul(x, R.permute_dims(w))
 
     >>> import fold_guard.relax as fgr
-    >>> fgr.FoldConstant("keep-qdq-weights").info.name
-    'fold_guard.FoldConstant'
+    >>> folding = fgr.FoldConstant("keep-qdq-weights")
+    >>> folding.info.name, folding.implementation, folding.policy.name
+    ('FoldConstant', 'fold_guard.relax.FoldConstant', 'keep-qdq-weights')
     """
-    return _FoldConstantPass(resolve_policy(policy), bool(strict))
+    return _FoldConstantPass(resolve_policy(policy), bool(strict), kernel_cache)

@@ -12,6 +12,7 @@ from fold_guard._core import (
     DEFAULT_POLICY,
     DEFAULT_RULE,
     KEEP_QDQ_WEIGHTS_POLICY,
+    SIZE_GUARD_POLICY,
     Action,
     ConflictingAnnotationsError,
     FoldGraph,
@@ -625,3 +626,37 @@ def test_allow_roots_rejects_plans_of_different_graphs():
 
     with pytest.raises(PlanInvariantError):
         allow_roots(plan_folds(_qnn_chain_graph(False), DEFAULT_POLICY), plan_folds(_qnn_chain_graph(False), DEFAULT_POLICY))
+
+
+# ----------------------------------------------------------------------------------- lowered calls
+
+
+def _lowered_graph():
+    """k = call_tir(<kernel>, c); an already lowered call on a constant (Relax after LegalizeOps)."""
+    t = TensorInfo.of("int8", (4, 4))
+    node = FoldNode(0, "relax.call_tir", "k", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,), lowered=True)
+    return FoldGraph((node,))
+
+
+def test_policy_reading_op_names_refuses_a_lowered_call():
+    with pytest.raises(PreconditionError, match=r"function main: k = relax.call_tir .*keep-qdq-weights.*annotate before lowering"):
+        plan_folds(_lowered_graph(), KEEP_QDQ_WEIGHTS_POLICY)
+
+
+def test_size_only_policy_and_default_decide_a_lowered_call():
+    assert not SIZE_GUARD_POLICY.reads_ops and not DEFAULT_POLICY.reads_ops
+    for policy in (DEFAULT_POLICY, SIZE_GUARD_POLICY):
+        assert plan_folds(_lowered_graph(), policy).decisions[0].reason is Reason.FOLDED
+
+
+def test_a_rule_declaring_it_reads_no_ops_decides_a_lowered_call():
+    rule = Rule("keep-all", Action.KEEP, "keep everything", lambda call: True, reads_ops=False)
+    plan = plan_folds(_lowered_graph(), FoldPolicy("sizes", "test", (rule,)))
+    assert (plan.decisions[0].reason, plan.decisions[0].rule) == (Reason.KEPT_BY_POLICY, "keep-all")
+
+
+def test_a_lowered_call_behind_a_runtime_input_asks_no_policy():
+    """Only calls with constant inputs reach a policy, so only they can raise."""
+    t = TensorInfo.of("int8", (4, 4))
+    node = FoldNode(0, "relax.call_tir", "k", "main", (NodeInput(InputKind.RUNTIME, "x", t),), (t,), lowered=True)
+    assert plan_folds(FoldGraph((node,)), KEEP_QDQ_WEIGHTS_POLICY).decisions[0].reason is Reason.NOT_CONSTANT

@@ -126,7 +126,7 @@ def test_size_specialized_op_gets_one_kernel_per_shape():
         bb.emit_func_output(out)
     mod = bb.get()
     result = fgr.fold(mod, strict=True)
-    assert result.report.kernels_compiled == 2
+    assert result.report.kernels_compiled + result.report.kernels_cached == 2
     assert tvm_ffi.structural_equal(result.mod, relax.transform.FoldConstant()(mod))
 
 

@@ -1,0 +1,252 @@
+"""A persistent, process-safe cache of compiled fold kernels.
+
+Most of a fold's time is LLVM compiling kernels, and a model folded again (or a similarly built
+model: the same op signatures) needs the same kernels. Kernels missing from the cache are built
+together once (``tvm.tirx.build``), written as one shared library (``export_library``), and
+loaded from it; kernels found in the cache are loaded from their library with no compilation.
+The code is the code the JIT would run: the same TIR, built for the same target, so folded
+constants are the same bits (the equivalence suites run with the cache on).
+
+Layout under the cache directory (``$FOLD_GUARD_CACHE_DIR``, else
+``$XDG_CACHE_HOME/fold_guard``, else ``~/.cache/fold_guard``)::
+
+    v1/<build>/libs/<sha256 of the file>.so   one library per batch of kernels built together
+    v1/<build>/index/<kernel key>.json        {"library", "symbol", "sha256"} for each kernel
+
+``<build>`` digests everything besides the kernel that determines the code: fold_guard's
+version, TVM's version and the identity of its installed libraries, LLVM's version and the
+target. A kernel's key is the SHA-256 of its serialized PrimFunc (``tvm.ir.save_json``).
+
+Safety: files are written under a temporary name and renamed (atomic on POSIX), so concurrent
+processes never see half a file; a library is checked against the digest its index entry
+recorded before it is loaded, so a corrupt or truncated entry is detected, removed and rebuilt;
+when the libraries exceed the size bound the least recently used are deleted (an index entry
+whose library is gone is a miss).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import tvm
+
+from .. import __version__ as FOLD_GUARD_VERSION
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CACHE_MAX_BYTES_ENV",
+    "DEFAULT_MAX_BYTES",
+    "CacheSetting",
+    "KernelCache",
+    "default_cache_dir",
+    "resolve_cache",
+]
+
+logger = logging.getLogger("fold_guard")
+
+#: Relocates the cache; ``off`` (or ``0``, ``false``, ``no``, empty) disables it.
+CACHE_DIR_ENV = "FOLD_GUARD_CACHE_DIR"
+#: The size bound in bytes for the cached libraries (default :data:`DEFAULT_MAX_BYTES`).
+CACHE_MAX_BYTES_ENV = "FOLD_GUARD_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 1 << 30
+_OFF = frozenset({"", "0", "off", "false", "no"})
+_LAYOUT = "v1"
+
+#: ``None``: the environment decides; ``False``: no cache; a path: the cache directory.
+CacheSetting = Union[None, bool, str, os.PathLike]
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/fold_guard``, or ``~/.cache/fold_guard`` (the XDG default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fold_guard"
+
+
+def resolve_cache(setting: CacheSetting, target: str) -> Optional["KernelCache"]:
+    """The cache a fold uses: ``setting`` if given, else ``$FOLD_GUARD_CACHE_DIR``, else the default.
+
+    >>> resolve_cache(False, "llvm") is None
+    True
+    """
+    if setting is False:
+        return None
+    if setting is None or setting is True:
+        env = os.environ.get(CACHE_DIR_ENV)
+        if env is not None and env.strip().lower() in _OFF:
+            return None
+        root = Path(env) if env else default_cache_dir()
+    else:
+        root = Path(setting)
+    max_bytes = int(os.environ.get(CACHE_MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
+    return KernelCache(root, target, max_bytes=max_bytes)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _tvm_build_identity() -> str:
+    """TVM's version plus size and mtime of its installed libraries: a rebuilt TVM is another build."""
+    lib_dir = Path(tvm.__file__).parent / "lib"
+    parts = [tvm.__version__]
+    for lib in sorted(lib_dir.glob("libtvm*.so")) if lib_dir.is_dir() else []:
+        stat = lib.stat()
+        parts.append(f"{lib.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    try:
+        parts.append(f"llvm{tvm.target.codegen.llvm_version_major()}")
+    except Exception:  # noqa: BLE001 - an LLVM-less build has no version to add
+        parts.append("llvm?")
+    return "|".join(parts)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class _Entry:
+    library: str
+    symbol: str
+    sha256: str
+
+
+class KernelCache:
+    """Compiled kernels on disk, keyed by their PrimFunc and by what builds them.
+
+    ``lookup`` loads what is cached; ``build`` compiles the rest into one library, stores it and
+    loads it. Both return ``{key: (runtime module, symbol)}``.
+    """
+
+    def __init__(self, root: Union[str, os.PathLike], target: str, *, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.root = Path(root)
+        self.target = target
+        self.max_bytes = max_bytes
+        build = f"{FOLD_GUARD_VERSION}|{_tvm_build_identity()}|{target}"
+        self.dir = self.root / _LAYOUT / hashlib.sha256(build.encode()).hexdigest()[:24]
+        self._libs = self.dir / "libs"
+        self._index = self.dir / "index"
+
+    @staticmethod
+    def key(prim_func: tvm.tirx.PrimFunc) -> str:
+        """SHA-256 of the serialized PrimFunc, its ``global_symbol`` removed (names are ours)."""
+        func = prim_func.without_attr("global_symbol") if prim_func.attrs and "global_symbol" in prim_func.attrs else prim_func
+        return hashlib.sha256(tvm.ir.save_json(func).encode()).hexdigest()
+
+    @staticmethod
+    def symbol(key: str) -> str:
+        return f"fold_guard_{key[:32]}"
+
+    def lookup(self, keys: List[str]) -> Dict[str, Tuple[Any, str]]:
+        """Load every kernel of ``keys`` that is cached and intact; drop entries that are not."""
+        entries: Dict[str, _Entry] = {}
+        for key in keys:
+            entry = self._read_entry(key)
+            if entry is not None:
+                entries[key] = entry
+        found: Dict[str, Tuple[Any, str]] = {}
+        loaded: Dict[str, Any] = {}
+        for key, entry in entries.items():
+            if entry.library not in loaded:
+                loaded[entry.library] = self._load_library(entry)
+            module = loaded[entry.library]
+            if module is None:
+                self._remove(self._index / f"{key}.json")
+                continue
+            found[key] = (module, entry.symbol)
+        return found
+
+    def build(self, functions: Mapping[str, tvm.tirx.PrimFunc]) -> Dict[str, Tuple[Any, str]]:
+        """Compile ``{key: PrimFunc}`` as one library, store it, and load it."""
+        named = {self.symbol(key): func.with_attr("global_symbol", self.symbol(key)) for key, func in functions.items()}
+        built = tvm.tirx.build(tvm.IRModule(named), target=self.target)
+        self._libs.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=self._libs, prefix=".tmp-", suffix=".so")
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            built.export_library(str(tmp))
+            digest = _sha256_file(tmp)
+            final = self._libs / f"{digest}.so"
+            os.replace(tmp, final)
+        except BaseException:
+            self._remove(tmp)
+            raise
+        module = tvm.runtime.load_module(str(final))
+        for key in functions:
+            entry = {"library": final.name, "symbol": self.symbol(key), "sha256": digest}
+            _atomic_write(self._index / f"{key}.json", json.dumps(entry).encode())
+        self._evict(keep=final)
+        return {key: (module, self.symbol(key)) for key in functions}
+
+    # ------------------------------------------------------------------------------ internals
+
+    def _read_entry(self, key: str) -> Optional[_Entry]:
+        path = self._index / f"{key}.json"
+        try:
+            data = json.loads(path.read_text())
+            return _Entry(str(data["library"]), str(data["symbol"]), str(data["sha256"]))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            logger.debug("fold_guard kernel cache: unreadable index entry %s, rebuilding", path)
+            self._remove(path)
+            return None
+
+    def _load_library(self, entry: _Entry) -> Optional[Any]:
+        path = self._libs / entry.library
+        try:
+            if _sha256_file(path) != entry.sha256:
+                logger.debug("fold_guard kernel cache: %s does not match its digest, rebuilding", path)
+                self._remove(path)
+                return None
+            module = tvm.runtime.load_module(str(path))
+            os.utime(path)  # recently used: evicted last
+            return module
+        except FileNotFoundError:
+            return None
+        except Exception as err:  # noqa: BLE001 - a library that does not load is rebuilt
+            logger.debug("fold_guard kernel cache: %s does not load (%s), rebuilding", path, err)
+            self._remove(path)
+            return None
+
+    def _evict(self, keep: Path) -> None:
+        libs = []
+        for path in self._libs.glob("*.so"):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            libs.append((stat.st_mtime_ns, stat.st_size, path))
+        total = sum(size for _, size, _ in libs)
+        for _, size, path in sorted(libs):
+            if total <= self.max_bytes:
+                break
+            if path != keep:
+                self._remove(path)
+                total -= size
+
+    @staticmethod
+    def _remove(path: Path) -> None:
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -1,0 +1,185 @@
+"""The persistent kernel cache: a second fold compiles nothing, and the cache is safe to share.
+
+    fold #1 (empty cache):  compile N kernels -> one library in the cache -> run
+    fold #2 (same kernels): load the library          -> run     (compiled 0, cached N)
+
+Every fold here is also checked structurally equal to the stock pass, so the constants computed
+by cached kernels are the stock pass's bits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tvm
+from tvm import relax
+
+import fold_guard.relax as fgr
+from fold_guard.relax import _kernel_cache
+from fold_guard.relax._kernel_cache import CACHE_DIR_ENV, KernelCache, resolve_cache
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _module(rows: int = 8, cols: int = 16, seed: int = 0) -> tvm.IRModule:
+    """x + dequantize(quantize(W)) + exp(B): three kernels, all on constants."""
+    rng = np.random.default_rng(seed)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((rows, cols), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w = relax.const(rng.standard_normal((rows, cols)).astype("float32"))
+            q = bb.emit(relax.op.quantize(w, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=0))
+            dq = bb.emit(relax.op.dequantize(q, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=0))
+            e = bb.emit(relax.op.exp(relax.const(rng.standard_normal((rows, cols)).astype("float32"))))
+            y = bb.emit(relax.op.add(x, dq))
+            z = bb.emit_output(relax.op.add(y, e))
+        bb.emit_func_output(z)
+    return bb.get()
+
+
+def _fold_checked(mod: tvm.IRModule, cache) -> "fgr.FoldResult":
+    result = fgr.fold(mod, kernel_cache=cache)
+    tvm.ir.assert_structural_equal(result.mod, relax.transform.FoldConstant()(mod))
+    return result
+
+
+def _libraries(root: Path):
+    return sorted(root.glob("v1/*/libs/*.so"))
+
+
+def test_second_fold_compiles_nothing(tmp_path):
+    mod = _module()
+    first = _fold_checked(mod, tmp_path)
+    second = _fold_checked(mod, tmp_path)
+    assert (first.report.kernels_compiled, first.report.kernels_cached) == (3, 0)
+    assert (second.report.kernels_compiled, second.report.kernels_cached) == (0, 3)
+    assert "3 loaded from the kernel cache" in second.report.explain(verbose=False)
+    assert len(_libraries(tmp_path)) == 1
+
+
+def test_a_similar_model_reuses_the_kernels_it_shares(tmp_path):
+    """Other weights of the same shapes: the same kernels (values are buffers, not immediates)."""
+    _fold_checked(_module(seed=0), tmp_path)
+    other = _fold_checked(_module(seed=1), tmp_path)
+    assert (other.report.kernels_compiled, other.report.kernels_cached) == (0, 3)
+
+
+def test_a_fresh_process_finds_the_kernels(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_kernel_cache import _fold_checked, _module
+        report = _fold_checked(_module(), sys.argv[1]).report
+        print(report.kernels_compiled, report.kernels_cached)
+        """
+    )
+    runs = [subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+            for _ in range(2)]  # fmt: skip
+    assert [run.stdout.split() for run in runs] == [["3", "0"], ["0", "3"]]
+
+
+def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "env"))
+    for _ in range(2):
+        result = _fold_checked(_module(), False)
+        assert (result.report.kernels_compiled, result.report.kernels_cached) == (3, 0)
+    assert not (tmp_path / "env").exists()
+    for off in ("off", "0", ""):
+        monkeypatch.setenv(CACHE_DIR_ENV, off)
+        assert resolve_cache(None, "llvm") is None
+
+
+def test_environment_relocates_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "elsewhere"))
+    _fold_checked(_module(), None)
+    assert len(_libraries(tmp_path / "elsewhere")) == 1
+    monkeypatch.delenv(CACHE_DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert resolve_cache(None, "llvm").root == tmp_path / "xdg" / "fold_guard"
+
+
+def test_the_pass_takes_the_cache_too(tmp_path):
+    mod = _module()
+    folded = fgr.FoldConstant(kernel_cache=tmp_path)(mod)
+    tvm.ir.assert_structural_equal(folded, relax.transform.FoldConstant()(mod))
+    assert len(_libraries(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])
+def test_damaged_library_is_detected_and_rebuilt(tmp_path, damage):
+    mod = _module()
+    _fold_checked(mod, tmp_path)
+    (library,) = _libraries(tmp_path)
+    # Replaced, not written in place: this process has the library mapped, and writing into a
+    # mapped file would crash it (the cache itself only ever renames complete files into place).
+    damaged = library.with_suffix(".damaged")
+    if damage == "truncate":
+        damaged.write_bytes(library.read_bytes()[:100])
+    elif damage == "garbage":
+        damaged.write_bytes(b"\x7fELF" + os.urandom(2000))
+    if damage == "delete":
+        library.unlink()
+    else:
+        os.replace(damaged, library)
+    rebuilt = _fold_checked(mod, tmp_path)
+    assert (rebuilt.report.kernels_compiled, rebuilt.report.kernels_cached) == (3, 0)
+    assert _fold_checked(mod, tmp_path).report.kernels_cached == 3
+
+
+def test_damaged_index_entry_is_rebuilt(tmp_path):
+    mod = _module()
+    _fold_checked(mod, tmp_path)
+    entries = sorted(tmp_path.glob("v1/*/index/*.json"))
+    entries[0].write_text("{not json")
+    json.loads(entries[1].read_text())  # the others are intact
+    result = _fold_checked(mod, tmp_path)
+    assert (result.report.kernels_compiled, result.report.kernels_cached) == (1, 2)
+
+
+def test_size_bound_evicts_least_recently_used(tmp_path, monkeypatch):
+    first, second = _module(8, 16), _module(5, 7)  # other shapes: other kernels
+    monkeypatch.setenv(_kernel_cache.CACHE_MAX_BYTES_ENV, "1")
+    _fold_checked(first, tmp_path)
+    _fold_checked(second, tmp_path)
+    assert len(_libraries(tmp_path)) == 1, "the bound keeps only the newest library"
+    again = _fold_checked(first, tmp_path)
+    assert (again.report.kernels_compiled, again.report.kernels_cached) == (3, 0)
+
+
+def test_concurrent_processes_share_one_cache(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_kernel_cache import _fold_checked, _module
+        _fold_checked(_module(), sys.argv[1])
+        print("ok")
+        """
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]  # fmt: skip
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 4, [err for _, err in outputs]
+    assert not list(tmp_path.glob("v1/*/*/.tmp-*")), "no temporary file is left behind"
+    result = _fold_checked(_module(), tmp_path)
+    assert (result.report.kernels_compiled, result.report.kernels_cached) == (0, 3)
+
+
+def test_key_covers_what_determines_the_code(tmp_path, monkeypatch):
+    base = KernelCache(tmp_path, "llvm").dir
+    assert KernelCache(tmp_path, "llvm -opt-level=0").dir != base
+    monkeypatch.setattr(tvm, "__version__", "0.27.0.other")
+    assert KernelCache(tmp_path, "llvm").dir != base
+    monkeypatch.undo()
+    monkeypatch.setattr(_kernel_cache, "FOLD_GUARD_VERSION", "0.0.0")
+    assert KernelCache(tmp_path, "llvm").dir != base
