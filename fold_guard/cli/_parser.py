@@ -21,7 +21,7 @@ def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--plugin", action="append", metavar="MODULE", default=[],
                         help="import MODULE first, so that the policies it registers can be named (repeatable)")
-    common.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no messages but errors")
+    common.add_argument("-q", "--quiet", action="store_true", help="no progress bar; fold and draw then print nothing but errors")
     common.add_argument("--debug", action="store_true", help="show the traceback of an error")
     return common
 
