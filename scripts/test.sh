@@ -47,6 +47,11 @@ setup_relax() {
     python="$(find_python 3.11 "${PYTHON311:-}")"
     "$python" -m venv .venv
     .venv/bin/pip install -q -e ".[test]"
+    # The drawing tests (tests/relax/test_cli_draw.py) open fold-guard's HTML in Debian's headless
+    # Chromium through Playwright; `playwright install` would download a browser, which fails here.
+    if [ ! -x /usr/bin/chromium ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    fi
     # The root conftest.py leaves out suites the installed TVM cannot run; make sure that is not
     # this one (a wrong TVM here would otherwise shrink the suite instead of failing it).
     .venv/bin/python -c '

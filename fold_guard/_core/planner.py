@@ -6,8 +6,9 @@ default. In one forward pass over the topologically ordered nodes:
 * a value is *constant* when it is a literal constant or the output of a node that folds;
 * a barrier is always kept and its output is never constant, so nothing downstream folds;
 * a node with a non-constant input is kept, with the cause inherited from that input
-  (a barrier upstream gives ``KEPT_BY_BARRIER``, a policy keep gives ``KEPT_BY_POLICY``, anything
-  else ``NOT_CONSTANT``);
+  (a barrier upstream gives ``KEPT_BY_BARRIER``, a call kept by a rule upstream gives
+  ``KEPT_WITH_INPUT`` with that rule and ``root`` naming the kept call, anything else
+  ``NOT_CONSTANT``);
 * a node the adapter cannot evaluate keeps its own reason (impure, unsupported, dynamic shape,
   or an evaluation failure reported back by the adapter);
 * a node in the backward cone of a ``fold_allow`` operand (stopping at barriers) folds;
@@ -50,7 +51,12 @@ DEFAULT_RULE = "default"
 
 @dataclass(frozen=True)
 class FoldDecision:
-    """The outcome for one node: ``action``, ``reason``, the ``rule`` that decided, and a detail."""
+    """The outcome for one node: ``action``, ``reason``, the ``rule`` that decided, and a detail.
+
+    ``root`` is the id of the node where the cause of a keep starts, when it is not this node:
+    the call a rule kept (``KEPT_WITH_INPUT``), the barrier upstream (``KEPT_BY_BARRIER``), or
+    the call that could not be evaluated (``NOT_CONSTANT``); None for run-time inputs.
+    """
 
     node: int
     label: str
@@ -59,6 +65,7 @@ class FoldDecision:
     reason: Reason
     rule: str = ""
     detail: str = ""
+    root: Optional[int] = None
 
     def __str__(self) -> str:
         rule = f" [{self.rule}]" if self.rule else ""
@@ -89,6 +96,17 @@ class FoldPlan:
         counts = Counter(d.reason for d in self.decisions)
         return {reason: counts[reason] for reason in Reason if counts[reason]}
 
+    def summary(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None, verbose: bool = False) -> str:
+        """Grouped text: counts by reason and op, what each rule decided; ``verbose`` adds every call.
+
+        ``layers`` maps ``(function, label)`` to a layer name (an ONNX node name, say) to print
+        beside the variable. See :mod:`fold_guard._core.summary`.
+        """
+        # Imported here: the summary module builds on FoldPlan.
+        from .summary import format_summary, summarize
+
+        return format_summary(self, summarize(self, layers=layers), verbose=verbose)
+
     def explain(self, *, verbose: bool = True) -> str:
         """A readable report: counts by reason, then (``verbose``) one line per decision."""
         counts = ", ".join(f"{n} {reason.text}" for reason, n in self.count_by_reason().items())
@@ -112,6 +130,7 @@ class _Value:
     rule: str = ""
     origin: str = ""
     detail: str = ""
+    root: Optional[int] = None
 
 
 def plan_folds(
@@ -188,8 +207,9 @@ def _decide(
     uses: GraphUses,
 ) -> Tuple[FoldDecision, _Value]:
     def keep(reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None) -> Tuple[FoldDecision, _Value]:
-        decision = FoldDecision(node.id, node.label, node.op, Action.KEEP, reason, rule, detail)
-        return decision, cause or _Value(False, reason, rule, node.label, detail)
+        root = None if cause is None else cause.root
+        decision = FoldDecision(node.id, node.label, node.op, Action.KEEP, reason, rule, detail, root)
+        return decision, cause or _Value(False, reason, rule, node.label, detail, node.id)
 
     def fold(rule: str, detail: str = "") -> Tuple[FoldDecision, _Value]:
         decision = FoldDecision(node.id, node.label, node.op, Action.FOLD, Reason.FOLDED, rule, detail)
@@ -207,12 +227,22 @@ def _decide(
         label, cause = blocker
         if cause.reason is Reason.KEPT_BY_BARRIER:
             return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, f"input {label} is downstream of barrier {cause.origin}", cause)
+        if cause.reason is Reason.OVER_BUDGET and node.annotation is Annotation.ALLOW:
+            # The budget outranks fold_allow: the allow reports the refusal as its own.
+            return keep(Reason.OVER_BUDGET, cause.rule, f"operand {label} cannot fold: {cause.detail}", cause)
         if cause.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET):
-            return keep(cause.reason, cause.rule, f"input {label} was kept ({cause.origin})", cause)
+            root = f"{cause.origin} = {graph.nodes[cause.root].op}" if cause.root is not None else cause.origin
+            # The rule is the decision's own ``rule``; the detail names the call it kept.
+            detail = f"input {label} was kept ({root})"
+            return keep(Reason.KEPT_WITH_INPUT, cause.rule, detail, cause)
         if node.annotation is Annotation.ALLOW and cause.reason is not Reason.NOT_CONSTANT:
             # the allow asked for this subgraph to be evaluated: report the root cause
             where = "" if cause.origin == label else f"{cause.origin}: "
             return keep(cause.reason, "", f"operand {label} cannot fold: {where}{cause.detail}", cause)
+        if cause is _RUNTIME:
+            # Quoted, because a parameter named "input" read "input input is not constant".
+            runtime = _Value(False, Reason.NOT_CONSTANT, "", label, cause.detail)
+            return keep(Reason.NOT_CONSTANT, "", f"{label!r} is a run-time input", runtime)
         return keep(Reason.NOT_CONSTANT, "", f"input {label} is not constant", cause)
 
     over = _over_budget(node, policy.max_fold_bytes)
@@ -253,6 +283,9 @@ def _over_budget(node: FoldNode, max_fold_bytes: Optional[int]) -> str:
     return f"its results would take {total} bytes, more than max_fold_bytes={max_fold_bytes}"
 
 
+# The cause a run-time input gives; ``_decide`` tells it apart by identity to word its detail.
+_RUNTIME = _Value(False, Reason.NOT_CONSTANT, "", "", "a run-time input")
+
 _CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2, Reason.OVER_BUDGET: 2}
 
 
@@ -265,7 +298,7 @@ def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optiona
     found: Optional[Tuple[int, str, _Value]] = None
     for inp in node.inputs:
         if inp.kind is InputKind.RUNTIME:
-            return inp.label, _Value(False, Reason.NOT_CONSTANT, "", inp.label, "a run-time input")
+            return inp.label, _RUNTIME
         if inp.kind is InputKind.NODE and not values[inp.source].constant:
             value = values[inp.source]
             rank = _CAUSE_RANK.get(value.reason, 0)

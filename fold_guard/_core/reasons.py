@@ -21,6 +21,9 @@ class Reason(Enum):
     KEPT_BY_BARRIER = "kept by barrier"
     KEPT_BY_POLICY = "kept by policy"
     OVER_BUDGET = "over budget"
+    # Kept only because an input was kept by a policy rule or the IR's default: counting these
+    # as "kept by policy" made one kept weight look like a dozen rule hits on real models.
+    KEPT_WITH_INPUT = "kept because an input was kept"
     NOT_CONSTANT = "not constant"
     DYNAMIC_SHAPE = "dynamic shape"
     IMPURE = "impure"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .planner import FoldPlan
+from .summary import format_summary, summarize
 
 __all__ = ["FoldReport", "FoldResult", "StepTimer"]
 
@@ -46,6 +47,15 @@ class FoldReport:
                 f"{self._work()}; time: {self.total_seconds * 1000:.0f} ms ({steps})",
             ]
         )
+
+    def to_dict(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None) -> Dict[str, Any]:
+        """The report as the versioned dictionary of :func:`fold_guard._core.summary.summarize`."""
+        before_after = (self.constant_bytes_before, self.constant_bytes_after)
+        return summarize(self.plan, layers=layers, constant_bytes=before_after, seconds=self.seconds)
+
+    def summary(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None, verbose: bool = False) -> str:
+        """Grouped text with bytes and times (:meth:`FoldPlan.summary` plus measurements)."""
+        return format_summary(self.plan, self.to_dict(layers=layers), verbose=verbose)
 
     def _work(self) -> str:
         if self.evaluation_runs and not self.kernels_compiled:

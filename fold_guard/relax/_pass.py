@@ -96,7 +96,7 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, max_fold_bytes: O
     >>> print(fgr.plan(bb.get()).explain())
     fold plan under policy 'default': 1 folded, 1 not constant
       main: lv = relax.exp: folded [default]
-      main: gv = relax.add: not constant: input x is not constant
+      main: gv = relax.add: not constant: 'x' is a run-time input
     """
     with isolated_pass_context():
         _, _, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())

@@ -170,7 +170,7 @@ def plan(
     fold plan under policy 'default': 1 folded, 1 kept by barrier, 1 not constant
       main: %0 = exp: folded [default]
       main: %1 = fold_barrier: kept by barrier [fold_barrier]: operand is constant; the barrier stays; nothing that consumes it folds
-      main: %2 = add: not constant: input x is not constant
+      main: %2 = add: not constant: 'x' is a run-time input
     """
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, StepTimer())
     return plan_folds(FoldGraph(analysis.lowered.nodes), analysis.policy)

@@ -37,7 +37,7 @@ EXPECTED_LINES = [
     "  main: e = relax.exp: folded [default]",
     "  main: b = fold_guard.fold_barrier: kept by barrier [fold_barrier]: operand is constant; "
     "the barrier stays; nothing that consumes it folds",
-    "  main: y = relax.add: not constant: input x is not constant",
+    "  main: y = relax.add: not constant: 'x' is a run-time input",
     "  main: n = relax.negative: kept by barrier [fold_barrier]: input b is downstream of barrier b",
 ]
 

@@ -89,7 +89,7 @@ def test_runtime_input_is_not_constant(x_first):
     g.call("relax.negative", y, label="z")
     plan = plan_folds(g.build(), DEFAULT_POLICY)
     assert summary(plan) == {"e": "FOLDED default", "y": "NOT_CONSTANT", "z": "NOT_CONSTANT"}
-    assert decision(plan, "y").detail == "input x is not constant"
+    assert decision(plan, "y").detail == "'x' is a run-time input"
     assert decision(plan, "z").detail == "input y is not constant"
     assert decision(plan, "y").action is Action.KEEP
 
@@ -106,7 +106,7 @@ def test_runtime_input_is_the_reported_cause_over_a_barrier(x_first):
     g.call("relax.add", *((x, b) if x_first else (b, x)), label="y")
     plan = plan_folds(g.build(), DEFAULT_POLICY)
     assert decision(plan, "y").reason is Reason.NOT_CONSTANT
-    assert decision(plan, "y").detail == "input x is not constant"
+    assert decision(plan, "y").detail == "'x' is a run-time input"
 
 
 def test_not_constant_node_input_is_preferred_over_policy_keep():
@@ -227,9 +227,10 @@ def test_without_allow_default_keep_stays():
                default_fold=False, default_rule="relay: QNN ops are not folded")
     g.call("relax.negative", d, label="n")
     plan = plan_folds(g.build(), DEFAULT_POLICY)
-    assert summary(plan) == {"d": f"KEPT_BY_POLICY {DEFAULT_RULE}", "n": f"KEPT_BY_POLICY {DEFAULT_RULE}"}
+    assert summary(plan) == {"d": f"KEPT_BY_POLICY {DEFAULT_RULE}", "n": f"KEPT_WITH_INPUT {DEFAULT_RULE}"}
     assert decision(plan, "d").detail == "relay: QNN ops are not folded"
-    assert decision(plan, "n").detail == "input d was kept (d)"
+    assert decision(plan, "n").detail == "input d was kept (d = qnn.dequantize)"
+    assert (decision(plan, "d").root, decision(plan, "n").root) == (None, decision(plan, "d").node)
 
 
 @pytest.mark.parametrize("default_fold", [True, False])
@@ -278,7 +279,7 @@ def test_allow_over_runtime_dependent_operand_stays():
     g.allow(s, label="a")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
     assert summary(plan) == {"d": f"FOLDED {ALLOW_RULE}", "s": "NOT_CONSTANT", "a": "NOT_CONSTANT"}
-    assert decision(plan, "s").detail == "input x is not constant"
+    assert decision(plan, "s").detail == "'x' is a run-time input"
     assert decision(plan, "a").detail == "input s is not constant"
 
 
@@ -298,9 +299,9 @@ def test_allow_applies_only_to_its_cone():
         "d1": f"FOLDED {ALLOW_RULE}",
         "a": f"FOLDED {ALLOW_RULE}",
         "d2": f"KEPT_BY_POLICY {KEEP_DQ_RULE}",
-        "u": f"KEPT_BY_POLICY {KEEP_DQ_RULE}",
+        "u": f"KEPT_WITH_INPUT {KEEP_DQ_RULE}",
     }
-    assert decision(plan, "u").detail == "input d2 was kept (d2)"
+    assert decision(plan, "u").detail == "input d2 was kept (d2 = relax.dequantize)"
 
 
 @pytest.mark.parametrize("upstream_default_fold", [True, False])
@@ -450,11 +451,17 @@ def test_policy_keep_propagates_with_the_upstream_rule():
     s = g.call("relax.add", d, g.const("c1"), label="s")
     g.call("relax.negative", s, label="n")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
-    assert summary(plan) == {k: f"KEPT_BY_POLICY {KEEP_DQ_RULE}" for k in ["d", "s", "n"]}
+    assert summary(plan) == {
+        "d": f"KEPT_BY_POLICY {KEEP_DQ_RULE}",
+        "s": f"KEPT_WITH_INPUT {KEEP_DQ_RULE}",
+        "n": f"KEPT_WITH_INPUT {KEEP_DQ_RULE}",
+    }
     rule = KEEP_QDQ_WEIGHTS_POLICY.rules[0]
     assert decision(plan, "d").detail == rule.description
-    assert decision(plan, "s").detail == "input d was kept (d)"
-    assert decision(plan, "n").detail == "input s was kept (d)"  # origin stays the kept node
+    root = "d = relax.dequantize"
+    assert decision(plan, "s").detail == f"input d was kept ({root})"
+    assert decision(plan, "n").detail == f"input s was kept ({root})"  # the root stays the kept node
+    assert decision(plan, "n").root == decision(plan, "s").root == decision(plan, "d").node
 
 
 def test_policy_fold_rule_records_its_name():
@@ -488,9 +495,9 @@ def test_default_fold_false_is_kept_by_policy_default():
                default_rule="relax: ops fold only inside dataflow blocks")
     g.call("relax.negative", s, label="n")
     plan = plan_folds(g.build(), DEFAULT_POLICY)
-    assert summary(plan) == {"s": f"KEPT_BY_POLICY {DEFAULT_RULE}", "n": f"KEPT_BY_POLICY {DEFAULT_RULE}"}
+    assert summary(plan) == {"s": f"KEPT_BY_POLICY {DEFAULT_RULE}", "n": f"KEPT_WITH_INPUT {DEFAULT_RULE}"}
     assert decision(plan, "s").detail == "relax: ops fold only inside dataflow blocks"
-    assert decision(plan, "n").detail == "input s was kept (s)"
+    assert decision(plan, "n").detail == "input s was kept (s = relax.shape_of)"
 
 
 def test_policy_sees_only_constant_calls():

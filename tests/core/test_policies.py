@@ -259,8 +259,9 @@ def test_size_guard_in_a_plan():
     z = g.call("relax.zeros", label="z", dtype="float32", shape=(64, 64))
     g.call("relax.negative", z, label="n")
     plan = plan_folds(g.build(), resolve_policy("size-guard"))
-    assert summary(plan) == {"z": "KEPT_BY_POLICY size-guard", "n": "KEPT_BY_POLICY size-guard"}
+    assert summary(plan) == {"z": "KEPT_BY_POLICY size-guard", "n": "KEPT_WITH_INPUT size-guard"}
     assert plan.decisions[0].reason is Reason.KEPT_BY_POLICY
+    assert plan.decisions[1].root == 0
 
 
 # CallView --------------------------------------------------------------------------------------

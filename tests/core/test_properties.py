@@ -240,7 +240,8 @@ def test_reasons_point_at_a_real_cause(case):
       fold_allow, an upstream node with that reason, named in the detail.
     * EVAL_FAILED: the node's own failure, with the adapter's text as detail, or, for a
       fold_allow, an upstream failure named in the detail.
-    * KEPT_BY_POLICY: the rule kept this node or a node upstream.
+    * KEPT_BY_POLICY: the rule kept this node, whose inputs are all constant.
+    * KEPT_WITH_INPUT: a node upstream (its ``root``) was kept by a rule.
     """
     plan = case.plan()
     graph = case.graph
@@ -258,7 +259,11 @@ def test_reasons_point_at_a_real_cause(case):
             assert reads_runtime(graph, anc_map, node.id) or any(
                 graph.nodes[n].unfoldable is not None or n in case.failures for n in anc_map[node.id]
             )
-            assert d.detail.startswith("input ") and d.detail.endswith(" is not constant")
+            reads_runtime_directly = any(inp.kind is InputKind.RUNTIME for inp in node.inputs)
+            if reads_runtime_directly and d.detail.endswith(" is a run-time input"):
+                assert any(repr(inp.label) in d.detail for inp in node.inputs if inp.kind is InputKind.RUNTIME)
+            else:
+                assert d.detail.startswith("input ") and d.detail.endswith(" is not constant")
         elif d.reason in UNFOLDABLE and has_nonconstant_input:
             assert node.annotation is Annotation.ALLOW
             roots = [n for n in anc_map[node.id] if graph.nodes[n].unfoldable is d.reason]
@@ -271,9 +276,13 @@ def test_reasons_point_at_a_real_cause(case):
         elif d.reason is Reason.EVAL_FAILED:
             assert d.detail == case.failures[node.id]
         elif d.reason is Reason.KEPT_BY_POLICY:
-            assert d.rule in ("keep-random", "default")
-            if not has_nonconstant_input:
-                assert node.op in case.keep_ops if d.rule == "keep-random" else not node.default_fold
+            # A rule kept this very call: all its inputs are constant.
+            assert d.rule in ("keep-random", "default") and not has_nonconstant_input and d.root is None
+            assert node.op in case.keep_ops if d.rule == "keep-random" else not node.default_fold
+        elif d.reason is Reason.KEPT_WITH_INPUT:
+            # Kept because an input was kept: the root is an ancestor some rule kept, with this rule.
+            assert has_nonconstant_input and d.root in up
+            assert plan.decisions[d.root].reason is Reason.KEPT_BY_POLICY and plan.decisions[d.root].rule == d.rule
             kept_by_rule = [
                 n for n in up
                 if graph.nodes[n].op in case.keep_ops or not graph.nodes[n].default_fold
@@ -319,7 +328,7 @@ def test_matches_reference_without_annotations(case):
     expected = reference_fold_no_annotations(case)
     assert {n: plan.folds(n) for n in expected} == expected
     for d in plan.kept:
-        if d.reason is Reason.KEPT_BY_POLICY:
+        if d.reason in (Reason.KEPT_BY_POLICY, Reason.KEPT_WITH_INPUT):
             assert d.rule == "default"
         assert d.reason is not Reason.KEPT_BY_BARRIER
 

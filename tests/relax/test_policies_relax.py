@@ -305,7 +305,7 @@ def test_plan_does_not_change_the_module_and_explains_every_call():
         assert line.strip().startswith(f"main: {decision.label} = {decision.op}: {decision.reason.text}")
     assert "w = relax.dequantize: kept by policy [keep-dequantize-of-integer-constant]" in text
     assert "q = relax.quantize: folded [fold-quantize-of-constant]" in text
-    assert "y0 = relax.add: not constant: input x is not constant" in text
+    assert "y0 = relax.add: not constant: 'x' is a run-time input" in text
 
 
 @pytest.mark.parametrize("policy", ["default", "keep-qdq-weights", "size-guard"])

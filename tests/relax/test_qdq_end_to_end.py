@@ -174,17 +174,20 @@ def test_report_counts_match_the_ir(model):
     assert default_plan.count_by_reason().get(Reason.KEPT_BY_POLICY, 0) == 0
 
     # keep-qdq-weights: the quantize(constant)s fold, each weight/bias dequantize is kept by
-    # the policy rule, and the reshape / permute_dims on top of a kept bias inherit the keep.
+    # the policy rule, and the reshape / permute_dims on top of a kept bias are kept because
+    # their input was, naming the rule and the kept dequantize.
     plan = model.keep.report.plan
     assert [d.rule for d in plan.folded] == [FOLD_Q_RULE] * n_quantize
     kept_dequantize = [d for d in plan.kept if d.reason is Reason.KEPT_BY_POLICY and d.op == "relax.dequantize"]
     assert len(kept_dequantize) == len(_weight_dequantizes(model.imported)) == 10
     assert {d.rule for d in kept_dequantize} == {KEEP_RULE}
-    inherited = [d for d in plan.kept if d.reason is Reason.KEPT_BY_POLICY and d.op != "relax.dequantize"]
+    inherited = [d for d in plan.kept if d.reason is Reason.KEPT_WITH_INPUT]
     assert sorted(d.op for d in inherited) == ["relax.permute_dims"] + ["relax.reshape"] * 4
+    assert {d.rule for d in inherited} == {KEEP_RULE}
+    assert all(plan.decisions[d.root] in kept_dequantize for d in inherited)
     assert len(_bindings(model.keep.mod)) == n_import - n_quantize
     counts = plan.count_by_reason()
-    assert counts[Reason.KEPT_BY_POLICY] == 15
+    assert (counts[Reason.KEPT_BY_POLICY], counts[Reason.KEPT_WITH_INPUT]) == (10, 5)
     assert counts.get(Reason.FOLDED, 0) == n_quantize
     assert sum(counts.values()) == n_import
 

@@ -1,7 +1,7 @@
 """Messages name calls the way the module does: let-bound calls by their variable.
 
     let %w_q = exp(W);            ==>  "%w_q = exp: folded"
-    let %y = add(%x, %w_q);       ==>  "%y = add: not constant: input x is not constant"
+    let %y = add(%x, %w_q);       ==>  "%y = add: not constant: 'x' is a run-time input"
     add(%2, ...)  (graph form)    ==>  "%<node id>"
 
 ToANormalForm names every binding ``x``; repeated names fall back to node ids so that no two
@@ -25,7 +25,7 @@ def test_let_bound_calls_are_named_by_their_variable() -> None:
     plan = fgr.plan(tvm.IRModule.from_expr(func))
     assert [str(d) for d in plan.decisions] == [
         "%w_q = exp: folded [default]",
-        "%y = add: not constant: input x is not constant",
+        "%y = add: not constant: 'x' is a run-time input",
     ]
 
 

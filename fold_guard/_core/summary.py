@@ -1,0 +1,261 @@
+"""A fold plan as a person reads it: grouped counts first, every decision on request.
+
+One decision per call makes a 1,000-line report on a real model, most of it "not constant".
+This module turns a :class:`FoldPlan` (and, when the module was folded, its
+:class:`~fold_guard._core.report.FoldReport` measurements) into
+
+* a plain, JSON-ready dictionary (:func:`summarize`), whose layout is the versioned schema the
+  ``fold-guard`` command documents (:data:`SCHEMA_NAME`, :data:`SCHEMA_VERSION`): counts by
+  action, reason and op, the calls each rule decided, the largest folds, bytes and times, and
+  one record per decision with its layer, shapes and dtypes;
+* text (:func:`format_summary`), grouped, with one line per decision only when asked.
+
+Layer names are not part of the IR (Relax's ONNX importer names every binding ``lv<N>``), so the
+caller passes what it knows as ``layers``: ``(function, label) -> layer name``.
+
+Invariant: everything here is derived from the plan; nothing decides anything.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .graph import FoldNode, InputKind, TensorInfo
+from .planner import FoldDecision, FoldPlan
+from .reasons import Action, Reason
+
+__all__ = [
+    "SCHEMA_NAME",
+    "SCHEMA_VERSION",
+    "LayerNames",
+    "decision_record",
+    "format_decision",
+    "format_summary",
+    "summarize",
+    "tensor_text",
+]
+
+SCHEMA_NAME = "fold-guard-report"
+#: Bumped on any change a consumer could notice (a key removed or renamed, a meaning changed);
+#: adding a key keeps the version.
+SCHEMA_VERSION = 1
+
+#: How many of the largest folds, and how many call names per rule, the summary lists.
+TOP_FOLDS = 5
+NAMES_PER_RULE = 6
+
+LayerNames = Mapping[Tuple[str, str], str]
+
+
+def tensor_text(tensor: Optional[TensorInfo]) -> str:
+    """``float32[1, 8, 16, 16]``; ``?`` for an unknown dim, the dtype alone when not a tensor.
+
+    >>> tensor_text(TensorInfo.of("int8", (8, None)))
+    'int8[8, ?]'
+    """
+    if tensor is None:
+        return "?"
+    if tensor.shape is None:
+        return tensor.dtype
+    dims = ", ".join("?" if dim is None else str(dim) for dim in tensor.shape)
+    return f"{tensor.dtype}[{dims}]"
+
+
+def _tensor_record(tensor: Optional[TensorInfo]) -> Optional[Dict[str, Any]]:
+    if tensor is None:
+        return None
+    shape = None if tensor.shape is None else list(tensor.shape)
+    return {"dtype": tensor.dtype, "shape": shape, "nbytes": tensor.nbytes}
+
+
+def _output_bytes(node: FoldNode) -> int:
+    return sum(out.nbytes or 0 for out in node.outputs)
+
+
+def decision_record(node: FoldNode, decision: FoldDecision, layer: Optional[str]) -> Dict[str, Any]:
+    """One decision as a JSON-ready dictionary (the ``decisions`` items of the schema)."""
+    return {
+        "id": decision.node,
+        "function": node.function,
+        "label": decision.label,
+        "layer": layer,
+        "op": decision.op,
+        "action": decision.action.value,
+        "reason": decision.reason.name.lower(),
+        "reason_text": decision.reason.text,
+        "rule": decision.rule,
+        "detail": decision.detail,
+        "root": decision.root,
+        "annotation": node.annotation.value if node.annotation.value != "none" else None,
+        "inputs": [
+            {"kind": inp.kind.value, "label": inp.label, "node": inp.node, "tensor": _tensor_record(inp.tensor)}
+            for inp in node.inputs
+        ],
+        "outputs": [_tensor_record(out) for out in node.outputs],
+    }
+
+
+def summarize(
+    plan: FoldPlan,
+    *,
+    layers: Optional[LayerNames] = None,
+    constant_bytes: Optional[Tuple[int, int]] = None,
+    seconds: Optional[Mapping[str, float]] = None,
+) -> Dict[str, Any]:
+    """The plan as the schema's dictionary.
+
+    Parameters
+    ----------
+    plan : FoldPlan
+        The decisions to summarise.
+    layers : mapping, optional
+        ``(function, label) -> layer name`` for the calls whose layer is known.
+    constant_bytes : (int, int), optional
+        Bytes of tensor constants before and after folding, when the module was folded.
+    seconds : mapping, optional
+        Wall time per step of the fold.
+
+    Returns
+    -------
+    dict
+        JSON-ready: ``schema``, ``version``, ``policy``, ``calls``, ``counts`` (``by_action``,
+        ``by_reason`` keyed by reason name, ``by_op``), ``rules``, ``largest_folds``,
+        ``constant_bytes``, ``seconds`` and ``decisions``.
+
+    Examples
+    --------
+    >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput
+    >>> from fold_guard._core.planner import plan_folds
+    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> t = TensorInfo.of("float32", (4,))
+    >>> g = FoldGraph((FoldNode(0, "relax.exp", "e", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,)),))
+    >>> summarize(plan_folds(g, DEFAULT_POLICY))["counts"]["by_reason"]
+    {'folded': 1}
+    """
+    layers = layers or {}
+    nodes = plan.graph.nodes
+    layer_of = [layers.get((node.function, node.label)) for node in nodes]
+    by_op: Dict[str, Dict[str, int]] = {}
+    for decision in plan.decisions:
+        ops = by_op.setdefault(decision.op, {})
+        key = decision.reason.name.lower()
+        ops[key] = ops.get(key, 0) + 1
+    largest = sorted(plan.folded, key=lambda d: (-_output_bytes(nodes[d.node]), d.node))[:TOP_FOLDS]
+    return {
+        "schema": SCHEMA_NAME,
+        "version": SCHEMA_VERSION,
+        "policy": plan.policy_name,
+        "calls": len(plan.decisions),
+        "counts": {
+            "by_action": {action.value: sum(d.action is action for d in plan.decisions) for action in Action},
+            "by_reason": {reason.name.lower(): n for reason, n in plan.count_by_reason().items()},
+            "by_op": dict(sorted(by_op.items(), key=lambda item: (-sum(item[1].values()), item[0]))),
+        },
+        "rules": _rules(plan, layer_of),
+        "largest_folds": [
+            {
+                "id": d.node,
+                "label": d.label,
+                "layer": layer_of[d.node],
+                "op": d.op,
+                "nbytes": _output_bytes(nodes[d.node]),
+                "outputs": [tensor_text(out) for out in nodes[d.node].outputs],
+            }
+            for d in largest
+        ],
+        "constant_bytes": None
+        if constant_bytes is None
+        else {"before": constant_bytes[0], "after": constant_bytes[1]},
+        "seconds": dict(seconds or {}),
+        "decisions": [decision_record(n, d, layer_of[n.id]) for n, d in zip(nodes, plan.decisions)],
+    }
+
+
+def _rules(plan: FoldPlan, layer_of: Sequence[Optional[str]]) -> List[Dict[str, Any]]:
+    """Per rule (in first-use order): what it folded or kept itself, and what followed from it."""
+    rules: Dict[str, Dict[str, Any]] = {}
+    for decision in plan.decisions:
+        if not decision.rule:
+            continue
+        entry = rules.setdefault(
+            decision.rule, {"rule": decision.rule, "folded": 0, "kept": 0, "kept_with_input": 0, "calls": []}
+        )
+        if decision.reason is Reason.KEPT_WITH_INPUT or (
+            decision.reason is Reason.KEPT_BY_BARRIER and decision.root is not None
+        ):
+            # Not this rule's own verdict: a consequence of one upstream.
+            entry["kept_with_input"] += 1
+            continue
+        entry["folded" if decision.action is Action.FOLD else "kept"] += 1
+        entry["calls"].append(layer_of[decision.node] or decision.label)
+    return list(rules.values())
+
+
+def format_decision(node: FoldNode, decision: FoldDecision, layer: Optional[str] = None) -> str:
+    """One verbose line: ``main/lv3 [conv0] = relax.nn.conv2d -> float32[1, 8, 16, 16]: <reason>``."""
+    where = f"{node.function}/{decision.label}" if node.function else decision.label
+    named = f" [{layer}]" if layer and layer != decision.label else ""
+    outputs = ", ".join(tensor_text(out) for out in node.outputs)
+    rule = f" [{decision.rule}]" if decision.rule else ""
+    detail = f": {decision.detail}" if decision.detail else ""
+    return f"{where}{named} = {decision.op} -> {outputs}: {decision.reason.text}{rule}{detail}"
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NAMES_PER_RULE])
+    more = len(names) - NAMES_PER_RULE
+    return shown + (f", ... ({more} more)" if more > 0 else "")
+
+
+def format_summary(plan: FoldPlan, summary: Mapping[str, Any], *, verbose: bool = False) -> str:
+    """The grouped text of :func:`summarize`'s ``summary`` of ``plan``; ``verbose`` adds every decision.
+
+    >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput
+    >>> from fold_guard._core.planner import plan_folds
+    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> t = TensorInfo.of("float32", (4,))
+    >>> x = NodeInput(InputKind.RUNTIME, "input", t)
+    >>> plan = plan_folds(FoldGraph((FoldNode(0, "relax.exp", "e", "main", (x,), (t,)),)), DEFAULT_POLICY)
+    >>> print(format_summary(plan, summarize(plan), verbose=True))
+    policy 'default': 1 call, 0 folded, 1 kept
+      by reason: 1 not constant
+      by op:     relax.exp 1 (1 not constant)
+    decisions:
+      main/e = relax.exp -> float32[4]: not constant: 'input' is a run-time input
+    """
+    counts = summary["counts"]
+    calls = summary["calls"]
+    lines = [
+        f"policy {summary['policy']!r}: {calls} call{'' if calls == 1 else 's'}, "
+        f"{counts['by_action']['fold']} folded, {counts['by_action']['keep']} kept"
+    ]
+    texts = {reason.name.lower(): reason.text for reason in Reason}
+    lines.append("  by reason: " + ", ".join(f"{n} {texts[key]}" for key, n in counts["by_reason"].items()))
+    for index, (op, reasons) in enumerate(counts["by_op"].items()):
+        parts = ", ".join(f"{n} {texts[key]}" for key, n in reasons.items())
+        lines.append(f"  {'by op:' if index == 0 else '':10} {op} {sum(reasons.values())} ({parts})")
+    if summary["constant_bytes"] is not None:
+        before, after = summary["constant_bytes"]["before"], summary["constant_bytes"]["after"]
+        lines.append(f"constants: {before} bytes before, {after} bytes after")
+    if summary["rules"]:
+        lines.append("rules:")
+        for rule in summary["rules"]:
+            own = ", ".join(f"{verb} {rule[verb]}" for verb in ("folded", "kept") if rule[verb]) or "none itself"
+            follow = f" (+{rule['kept_with_input']} kept because an input was)" if rule["kept_with_input"] else ""
+            names = f": {_names(rule['calls'])}" if rule["calls"] else ""
+            lines.append(f"  {rule['rule']}: {own}{follow}{names}")
+    if summary["largest_folds"]:
+        lines.append("largest folds:")
+        for fold in summary["largest_folds"]:
+            name = fold["layer"] or fold["label"]
+            lines.append(f"  {name} = {fold['op']} -> {', '.join(fold['outputs'])} ({fold['nbytes']} bytes)")
+    if summary["seconds"]:
+        steps = ", ".join(f"{step} {secs * 1000:.0f} ms" for step, secs in summary["seconds"].items())
+        lines.append(f"time: {sum(summary['seconds'].values()) * 1000:.0f} ms ({steps})")
+    if verbose:
+        lines.append("decisions:")
+        layer_of = {record["id"]: record["layer"] for record in summary["decisions"]}
+        for node, decision in zip(plan.graph.nodes, plan.decisions):
+            lines.append("  " + format_decision(node, decision, layer_of.get(node.id)))
+    return "\n".join(lines)

@@ -1,0 +1,58 @@
+"""``fold-guard``: the command line of fold_guard (also ``python -m fold_guard``).
+
+One module per job: :mod:`._parser` (arguments), :mod:`._load` (model files), :mod:`._commands`
+(what each subcommand does with the library), :mod:`._output` (all-or-nothing writes),
+:mod:`._check` (``fold --check``), :mod:`._draw` (the picture), :mod:`._progress` (the progress
+bar). ``report.schema.json`` beside them is the JSON Schema of ``inspect --json``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Sequence, TextIO
+
+from .._core.errors import FoldGuardError
+from ._errors import EXIT_OK, EXIT_USAGE, CliError
+
+__all__ = ["EXIT_INTERNAL", "SCHEMA_PATH", "main"]
+
+#: An error that is fold_guard's or TVM's, not the user's.
+EXIT_INTERNAL = 3
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
+
+
+def main(argv: Optional[Sequence[str]] = None, *, out: Optional[TextIO] = None) -> int:
+    """Run ``fold-guard`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    from ._commands import run_command
+    from ._parser import build_parser
+
+    args = build_parser().parse_args(argv)
+    try:
+        return run_command(args, out or sys.stdout)
+    except (CliError, FoldGuardError) as err:
+        # A library error here is bad input too (a module that does not type-check, a conflict
+        # of annotations): one line that names it, the traceback only on request.
+        if args.debug:
+            raise
+        print(f"fold-guard: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (``| head``); what is left of the output has nowhere to go.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("fold-guard: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the last resort: one line, not a traceback
+        if args.debug:
+            raise
+        print(f"fold-guard: internal error: {type(err).__name__}: {_one_line(err)} (rerun with --debug)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= 600 else text[:597] + "..."
