@@ -59,6 +59,7 @@ __all__ = [
     "StockRecord",
     "corpus",
     "make_inputs",
+    "on_cpu",
     "op_counts",
     "run_module",
 ]
@@ -915,7 +916,8 @@ def split_returned_tuple() -> relay.Function:
 # ---------------------------------------------------------------------------------------------
 
 
-def _on_cpu(expr: relay.Expr, *, constrain_result: bool = True, constrain_body: bool = True) -> relay.Call:
+def on_cpu(expr: relay.Expr, *, constrain_result: bool = True, constrain_body: bool = True) -> relay.Call:
+    """``expr`` under an ``on_device`` for the CPU (both constraints unless told otherwise)."""
     return relay.op.annotation.on_device(
         expr, tvm.cpu(), constrain_result=constrain_result, constrain_body=constrain_body
     )
@@ -927,9 +929,9 @@ def on_device_let_chain() -> relay.Function:
     rng = _rng(43)
     x = _var("x", (4,))
     sb = relay.ScopeBuilder()
-    a = sb.let("a", _on_cpu(_f32(rng, 4)))  # stock: a simple constant: inlined as on_device(C)
-    b = sb.let("b", _on_cpu(relay.exp(relay.subtract(a, _f32(rng, 4)))))  # folds: inlined as on_device(C')
-    y = sb.let("y", _on_cpu(relay.multiply(x, b)))  # stays (x), with on_device(C') as its operand
+    a = sb.let("a", on_cpu(_f32(rng, 4)))  # stock: a simple constant: inlined as on_device(C)
+    b = sb.let("b", on_cpu(relay.exp(relay.subtract(a, _f32(rng, 4)))))  # folds: inlined as on_device(C')
+    y = sb.let("y", on_cpu(relay.multiply(x, b)))  # stays (x), with on_device(C') as its operand
     sb.ret(y)
     return _fn([x], sb.get())
 
@@ -939,8 +941,8 @@ def on_device_graph_result() -> relay.Function:
     """on_device(constrain_result) between constant calls: the chain folds; the last on_device stays."""
     rng = _rng(44)
     x = _var("x", (2, 3))
-    c = _on_cpu(relay.exp(_on_cpu(_f32(rng, 2, 3))), constrain_body=False)  # stock: exp folds
-    scaled = _on_cpu(relay.multiply(c, _f32(rng, 3)), constrain_body=False)  # folds; on_device(C) stays
+    c = on_cpu(relay.exp(on_cpu(_f32(rng, 2, 3))), constrain_body=False)  # stock: exp folds
+    scaled = on_cpu(relay.multiply(c, _f32(rng, 3)), constrain_body=False)  # folds; on_device(C) stays
     return _fn([x], relay.add(x, scaled))  # stays (x)
 
 
@@ -949,9 +951,9 @@ def on_device_graph_body() -> relay.Function:
     """on_device(constrain_body), the annotation's default, around constant and run-time calls: stock folds through."""
     rng = _rng(45)
     x = _var("x", (5,))
-    body_only = _on_cpu(relay.negative(_f32(rng, 5)), constrain_result=False)  # stock: negative folds
-    both = _on_cpu(relay.abs(body_only), constrain_result=False)  # folds: on_device(C) stays
-    runtime = _on_cpu(relay.nn.relu(x), constrain_result=False)  # stays (x)
+    body_only = on_cpu(relay.negative(_f32(rng, 5)), constrain_result=False)  # stock: negative folds
+    both = on_cpu(relay.abs(body_only), constrain_result=False)  # folds: on_device(C) stays
+    runtime = on_cpu(relay.nn.relu(x), constrain_result=False)  # stays (x)
     return _fn([x], relay.add(runtime, both))
 
 
@@ -964,7 +966,7 @@ def on_device_tuple_get_item() -> relay.Function:
     rng = _rng(46)
     x = _var("x", (3,))
     c = _f32(rng, 3)
-    tup = _on_cpu(relay.Tuple([c, relay.exp(c), x]))  # stock: exp folds; the tuple stays until read
+    tup = on_cpu(relay.Tuple([c, relay.exp(c), x]))  # stock: exp folds; the tuple stays until read
     # stock: on_device(C') + on_device(C) folds, and its on_device annotations go with it
     first = relay.add(relay.TupleGetItem(tup, 1), relay.TupleGetItem(tup, 0))
     return _fn([x], relay.add(relay.add(first, relay.TupleGetItem(tup, 2)), x))  # .2 -> x
@@ -975,7 +977,7 @@ def on_device_if_condition() -> relay.Function:
     """If on on_device(less(C0, C1)): the condition folds to on_device(C), and stock takes its branch."""
     rng = _rng(47)
     x = _var("x", (4,))
-    cond = _on_cpu(relay.less(_scalar(1.0, "float32"), relay.sum(_f32(rng, 4, lo=1, hi=2))), constrain_result=False)  # folds: True
+    cond = on_cpu(relay.less(_scalar(1.0, "float32"), relay.sum(_f32(rng, 4, lo=1, hi=2))), constrain_result=False)  # folds: True
     taken = relay.add(x, relay.multiply(_f32(rng, 4), _f32(rng, 4)))  # multiply folds, add stays
     return _fn([x], relay.subtract(relay.If(cond, taken, relay.negative(x)), x))
 
@@ -985,8 +987,8 @@ def on_device_nested() -> relay.Function:
     """on_device(on_device(...)): stock looks through one level only, so the outer one is not a constant."""
     rng = _rng(48)
     x = _var("x", (4,))
-    inner = _on_cpu(relay.exp(_f32(rng, 4)))  # stock: exp folds; on_device(C) is a constant
-    outer = _on_cpu(inner, constrain_result=False)  # not a constant to stock: on_device of a call
+    inner = on_cpu(relay.exp(_f32(rng, 4)))  # stock: exp folds; on_device(C) is a constant
+    outer = on_cpu(inner, constrain_result=False)  # not a constant to stock: on_device of a call
     return _fn([x], relay.add(x, relay.add(outer, _f32(rng, 4))))  # neither add folds
 
 
@@ -996,7 +998,7 @@ def on_device_let_tuple() -> relay.Function:
     rng = _rng(49)
     x = _var("x", (4,))
     t = relay.var("t")
-    value = _on_cpu(relay.Tuple([relay.exp(_f32(rng, 4)), _f32(rng, 4)]))  # stock: exp folds
+    value = on_cpu(relay.Tuple([relay.exp(_f32(rng, 4)), _f32(rng, 4)]))  # stock: exp folds
     return _fn([x], relay.Let(t, value, relay.add(relay.TupleGetItem(t, 0), x)))  # t.0 stays
 
 
@@ -1005,7 +1007,7 @@ def on_device_unconstrained_tuple() -> relay.Function:
     """on_device with neither constraint holds no device: reading its tuple gives the bare field."""
     rng = _rng(50)
     x = _var("x", (4,))
-    tup = _on_cpu(relay.Tuple([relay.sqrt(_f32(rng, 4, lo=1, hi=2)), x]), constrain_result=False, constrain_body=False)
+    tup = on_cpu(relay.Tuple([relay.sqrt(_f32(rng, 4, lo=1, hi=2)), x]), constrain_result=False, constrain_body=False)
     # stock: sqrt folds; tup.0 -> C (no on_device), then add(C, C) folds too
     folded = relay.add(relay.TupleGetItem(tup, 0), _f32(rng, 4))
     return _fn([x], relay.Tuple([relay.add(folded, x), tup]))

@@ -20,17 +20,12 @@ from tvm import relay
 import fold_guard.relay as fgr
 from fold_guard import Reason
 
+from corpus import on_cpu
 from test_annotations import STOCK, check_before_after
 
 ONE = np.ones((1,), dtype="float32")
 C = np.array([0.5, -1.0, 2.0, 4.0], dtype="float32")
 D = np.array([2.0, 0.25, -3.0, 1.0], dtype="float32")
-
-
-def _on_cpu(expr: relay.Expr, *, constrain_result: bool = True, constrain_body: bool = True) -> relay.Call:
-    return relay.op.annotation.on_device(
-        expr, tvm.cpu(), constrain_result=constrain_result, constrain_body=constrain_body
-    )
 
 
 def _module(params: list[relay.Var], body: relay.Expr) -> tvm.IRModule:
@@ -49,9 +44,9 @@ def _both_fold_to(before: tvm.IRModule, expected: tvm.IRModule) -> None:
 
 def let_chain(x: relay.Var) -> tvm.IRModule:
     sb = relay.ScopeBuilder()
-    one = sb.let("one", _on_cpu(relay.const(ONE)))  # a constant under on_device: inlined with it
-    two = sb.let("two", _on_cpu(relay.add(one, one)))  # folds (its operands are constants)
-    y = sb.let("y", _on_cpu(relay.add(two, x)))  # stays: x is a run-time input
+    one = sb.let("one", on_cpu(relay.const(ONE)))  # a constant under on_device: inlined with it
+    two = sb.let("two", on_cpu(relay.add(one, one)))  # folds (its operands are constants)
+    y = sb.let("y", on_cpu(relay.add(two, x)))  # stays: x is a run-time input
     sb.ret(y)
     return _module([x], sb.get())
 
@@ -63,7 +58,7 @@ def test_let_bound_add_under_on_device_folds_as_stock() -> None:
     """
     x = relay.var("x", shape=(1,), dtype="float32")
     sb = relay.ScopeBuilder()
-    y = sb.let("y", _on_cpu(relay.add(_on_cpu(relay.const(ONE + ONE)), x)))
+    y = sb.let("y", on_cpu(relay.add(on_cpu(relay.const(ONE + ONE)), x)))
     sb.ret(y)
     _both_fold_to(let_chain(x), _module([x], sb.get()))
 
@@ -92,8 +87,8 @@ def test_graph_form_folds_through_on_device(flags) -> None:
     x + on_device(on_device(C) * D)  ==>  x + on_device(<C * D>)     (the outer one stays)
     """
     x = relay.var("x", shape=(4,), dtype="float32")
-    before = _module([x], relay.add(x, _on_cpu(relay.multiply(_on_cpu(relay.const(C), **flags), relay.const(D)), **flags)))
-    expected = _module([x], relay.add(x, _on_cpu(relay.const(C * D), **flags)))
+    before = _module([x], relay.add(x, on_cpu(relay.multiply(on_cpu(relay.const(C), **flags), relay.const(D)), **flags)))
+    expected = _module([x], relay.add(x, on_cpu(relay.const(C * D), **flags)))
     _both_fold_to(before, expected)
 
 
@@ -103,7 +98,7 @@ def test_tuple_under_on_device_gives_annotated_fields() -> None:
     (t.1 is on_device(<C*D>), t.0 is on_device(C): both constants, so the subtract folds; t.2 is x)
     """
     x = relay.var("x", shape=(4,), dtype="float32")
-    tup = _on_cpu(relay.Tuple([relay.const(C), relay.multiply(relay.const(C), relay.const(D)), x]))
+    tup = on_cpu(relay.Tuple([relay.const(C), relay.multiply(relay.const(C), relay.const(D)), x]))
     body = relay.add(relay.subtract(relay.TupleGetItem(tup, 1), relay.TupleGetItem(tup, 0)), relay.TupleGetItem(tup, 2))
     _both_fold_to(_module([x], body), _module([x], relay.add(relay.const(C * D - C), x)))
 
@@ -111,7 +106,7 @@ def test_tuple_under_on_device_gives_annotated_fields() -> None:
 def test_nested_on_device_is_not_a_constant() -> None:
     """Stock sees through one on_device only: x * (on_device(on_device(C)) + D) stays as it is."""
     x = relay.var("x", shape=(4,), dtype="float32")
-    nested = _on_cpu(_on_cpu(relay.const(C)), constrain_result=False)
+    nested = on_cpu(on_cpu(relay.const(C)), constrain_result=False)
     before = _module([x], relay.multiply(x, relay.add(nested, relay.const(D))))
     check_before_after(before, before, fgr.FoldConstant(strict=True))
     check_before_after(before, before, STOCK)
@@ -128,7 +123,7 @@ def test_barrier_under_on_device_still_holds() -> None:
     x = relay.var("x", shape=(4,), dtype="float32")
 
     def module(weight: relay.Expr) -> tvm.IRModule:
-        return _module([x], relay.add(x, relay.subtract(_on_cpu(fgr.fold_barrier(weight)), relay.const(D))))
+        return _module([x], relay.add(x, relay.subtract(on_cpu(fgr.fold_barrier(weight)), relay.const(D))))
 
     expected = module(relay.const(C * D))
     after = check_before_after(module(relay.multiply(relay.const(C), relay.const(D))), expected, fgr.FoldConstant(strict=True))
@@ -138,8 +133,8 @@ def test_barrier_under_on_device_still_holds() -> None:
 def test_on_device_under_barrier_folds_its_operand() -> None:
     """fold_barrier(on_device(C * D)) * x  ==>  fold_barrier(on_device(<C*D>)) * x"""
     x = relay.var("x", shape=(4,), dtype="float32")
-    before = _module([x], relay.multiply(fgr.fold_barrier(_on_cpu(relay.multiply(relay.const(C), relay.const(D)))), x))
-    expected = _module([x], relay.multiply(fgr.fold_barrier(_on_cpu(relay.const(C * D))), x))
+    before = _module([x], relay.multiply(fgr.fold_barrier(on_cpu(relay.multiply(relay.const(C), relay.const(D)))), x))
+    expected = _module([x], relay.multiply(fgr.fold_barrier(on_cpu(relay.const(C * D))), x))
     check_before_after(before, expected, fgr.FoldConstant(strict=True))
 
 
@@ -156,5 +151,5 @@ def test_allow_around_on_device_keeps_the_device_hint() -> None:
         return _module([x], relay.qnn.op.dense(x, w, zero, zero, scale, scale, units=2))
 
     quantized = relay.qnn.op.quantize(relay.const(weight), scale, zero, out_dtype="int8")
-    expected = module(_on_cpu(relay.const((weight / 0.5).astype("int8"))))
-    check_before_after(module(fgr.fold_allow(_on_cpu(quantized))), expected, fgr.FoldConstant(strict=True))
+    expected = module(on_cpu(relay.const((weight / 0.5).astype("int8"))))
+    check_before_after(module(fgr.fold_allow(on_cpu(quantized))), expected, fgr.FoldConstant(strict=True))
