@@ -38,6 +38,17 @@ def run_worker(
     raise RuntimeError(f"worker printed no result: {proc.stdout}\n{proc.stderr}")
 
 
+def fold_fields(result: Any) -> Dict[str, Any]:
+    """What a worker reports of a ``fold_guard.relax.fold`` result: steps, kernels, folded calls."""
+    report = result.report
+    return {
+        "steps": {k: float(v) for k, v in report.seconds.items()},
+        "kernels_compiled": int(report.kernels_compiled),
+        "kernels_cached": int(report.kernels_cached),
+        "folded": len(result.plan.folded),
+    }
+
+
 def keep_best(best: Dict[str, Dict[str, Any]], impl: str, result: Mapping[str, Any]) -> None:
     """Fold one run into ``best[impl]``: the fastest run's fields, and the lowest memory of any run.
 

@@ -31,7 +31,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
-from _harness import keep_best, run_worker
+from _harness import fold_fields, keep_best, run_worker
 
 import real_models
 
@@ -77,14 +77,7 @@ def worker(args: argparse.Namespace) -> int:
         result = fgr.fold(mod, policy="default", kernel_cache=cache)
         seconds = time.perf_counter() - t0
         out = result.mod
-        info = {
-            "steps": {k: float(v) for k, v in result.report.seconds.items()},
-            "kernels_compiled": int(result.report.kernels_compiled),
-            "kernels_cached": int(result.report.kernels_cached),
-            "folded": len(result.plan.folded),
-            "bytes_before": int(result.report.constant_bytes_before),
-            "bytes_after": int(result.report.constant_bytes_after),
-        }
+        info = fold_fields(result)
     peak = _vm_kib("VmHWM")
     with open(args.out, "w") as f:
         f.write(tvm.ir.save_json(out))

@@ -196,47 +196,47 @@ def _resnet50(g: _Graph) -> "onnx.ModelProto":
     return g.finish("resnet50", _image_input(), g.classifier(x, cin), (1, NUM_CLASSES))
 
 
-def _mobilenet_v2(g: _Graph) -> "onnx.ModelProto":
-    cin = g.width(32)
-    x = g.act(g.conv("input", 3, cin, 3, 2), "relu6")
-    # (expansion t, channels c, repeats n, first stride s) of torchvision's mobilenet_v2
-    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                       (6, 160, 3, 2), (6, 320, 1, 1)):  # fmt: skip
-        cout = g.width(c)
-        for i in range(n):
-            stride = s if i == 0 else 1
-            hidden = cin * t
-            y = g.act(g.conv(x, cin, hidden, 1), "relu6") if t != 1 else x
-            y = g.act(g.conv(y, hidden, hidden, 3, stride, groups=hidden), "relu6")
-            y = g.conv(y, hidden, cout, 1)
-            x = g.node("Add", [x, y]) if stride == 1 and cin == cout else y
-            cin = cout
-    last = g.width(1280)
-    x = g.act(g.conv(x, cin, last, 1), "relu6")
-    return g.finish("mobilenet_v2", _image_input(), g.classifier(x, last), (1, NUM_CLASSES))
+#: (expansion, kernel, first stride, channels, repeats) of each stage of torchvision's models.
+_MOBILENET_V2_STAGES = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 3, 2, 32, 3), (6, 3, 2, 64, 4),
+                        (6, 3, 1, 96, 3), (6, 3, 2, 160, 3), (6, 3, 1, 320, 1))  # fmt: skip
+_EFFICIENTNET_B0_STAGES = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+                           (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))  # fmt: skip
 
 
-def _efficientnet_b0(g: _Graph) -> "onnx.ModelProto":
+def _inverted_residual_net(g: _Graph, name: str, stages, act: str, squeeze_excite: bool) -> "onnx.ModelProto":
+    """MobileNetV2 / EfficientNet-B0: stem, inverted residual blocks, 1x1 head to 1280, classifier.
+
+    A block: 1x1 expansion (absent at expansion 1), depthwise kxk, optionally squeeze-excite
+    (EfficientNet: to a quarter of the block's input channels, SiLU, back, Sigmoid gate), 1x1
+    linear projection, and a residual add where the shape allows.
+    """
     cin = g.width(32)
-    x = g.act(g.conv("input", 3, cin, 3, 2), "silu")
-    # (expansion, kernel, first stride, channels, repeats) of torchvision's efficientnet_b0
-    for e, k, s, c, n in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
-                          (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):  # fmt: skip
+    x = g.act(g.conv("input", 3, cin, 3, 2), act)
+    for e, k, s, c, n in stages:
         cout = g.width(c)
         for i in range(n):
             stride = s if i == 0 else 1
             hidden = cin * e
-            y = g.act(g.conv(x, cin, hidden, 1), "silu") if e != 1 else x
-            y = g.act(g.conv(y, hidden, hidden, k, stride, groups=hidden), "silu")
-            squeeze = max(1, cin // 4)  # torchvision: a quarter of the block's input channels
-            se = g.act(g.conv(g.node("GlobalAveragePool", [y]), hidden, squeeze, 1), "silu")
-            y = g.node("Mul", [y, g.node("Sigmoid", [g.conv(se, squeeze, hidden, 1)])])
+            y = g.act(g.conv(x, cin, hidden, 1), act) if e != 1 else x
+            y = g.act(g.conv(y, hidden, hidden, k, stride, groups=hidden), act)
+            if squeeze_excite:
+                squeeze = max(1, cin // 4)
+                se = g.act(g.conv(g.node("GlobalAveragePool", [y]), hidden, squeeze, 1), "silu")
+                y = g.node("Mul", [y, g.node("Sigmoid", [g.conv(se, squeeze, hidden, 1)])])
             y = g.conv(y, hidden, cout, 1)
             x = g.node("Add", [x, y]) if stride == 1 and cin == cout else y
             cin = cout
     last = g.width(1280)
-    x = g.act(g.conv(x, cin, last, 1), "silu")
-    return g.finish("efficientnet_b0", _image_input(), g.classifier(x, last), (1, NUM_CLASSES))
+    x = g.act(g.conv(x, cin, last, 1), act)
+    return g.finish(name, _image_input(), g.classifier(x, last), (1, NUM_CLASSES))
+
+
+def _mobilenet_v2(g: _Graph) -> "onnx.ModelProto":
+    return _inverted_residual_net(g, "mobilenet_v2", _MOBILENET_V2_STAGES, "relu6", squeeze_excite=False)
+
+
+def _efficientnet_b0(g: _Graph) -> "onnx.ModelProto":
+    return _inverted_residual_net(g, "efficientnet_b0", _EFFICIENTNET_B0_STAGES, "silu", squeeze_excite=True)
 
 
 def _vit_small(g: _Graph) -> "onnx.ModelProto":
