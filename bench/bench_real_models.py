@@ -31,7 +31,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
-from _harness import fold_fields, keep_best, run_worker
+from _harness import fold_fields, keep_best, peak_rss_kib, rss_kib, run_worker
 
 import real_models
 
@@ -44,15 +44,6 @@ QUICK_MODELS = ("mobilenet_v2", "bert_tiny")
 # --------------------------------------------------------------------------- worker
 
 
-def _vm_kib(field: str) -> int:
-    """A ``/proc/self/status`` memory field in KiB (``VmRSS``, ``VmHWM``)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def worker(args: argparse.Namespace) -> int:
     import onnx
     import tvm
@@ -63,9 +54,9 @@ def worker(args: argparse.Namespace) -> int:
 
     mod = import_relax(onnx.load(args.onnx))
     stock_pass = relax.transform.FoldConstant()  # registry lookup outside the timed region
-    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork + exec, so every worker would
-    # report at least the parent's RSS (about 950 MiB once it has quantized ResNet-50).
-    rss_before = _vm_kib("VmRSS")
+    # peak_rss_kib, not ru_maxrss, which would report at least this parent's RSS (about 950 MiB
+    # once it has quantized ResNet-50): see _harness.peak_rss_kib
+    rss_before = rss_kib()
     info: Dict[str, Any] = {}
     t0 = time.perf_counter()
     if args.impl == "stock":
@@ -78,7 +69,7 @@ def worker(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - t0
         out = result.mod
         info = fold_fields(result)
-    peak = _vm_kib("VmHWM")
+    peak = peak_rss_kib()
     with open(args.out, "w") as f:
         f.write(tvm.ir.save_json(out))
     info.update(seconds=seconds, peak_kib=peak, delta_kib=max(0, peak - rss_before))
