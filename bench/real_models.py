@@ -5,11 +5,11 @@ layers, the same weight shapes (so the same number of distinct kernel signatures
 weight bytes. The graphs are written with ``onnx.helper`` from fixed-seed random weights, so
 nothing is downloaded and no torch / torchvision is needed (torchvision from the registry does
 not import beside the CPU torch these machines have). Batch normalisation is already fused into
-each convolution's weight and bias, as ``torch.onnx.export`` leaves an eval-mode model; dropout
-is absent, as in any inference export.
+each convolution's weight and bias, as the TorchScript ``torch.onnx.export`` leaves an eval-mode
+model; dropout is absent, as in any inference export.
 
 - ``resnet50``: torchvision ResNet-50 (v1.5: stride on the 3x3 conv of a bottleneck), 53
-  ``Conv`` + 1 ``Gemm`` (25.6 M parameters).
+  ``Conv`` + 1 ``Gemm`` (25.5 M parameters, batch norm fused).
 - ``mobilenet_v2``: torchvision MobileNetV2 (width 1.0), 52 ``Conv`` (17 depthwise, ``Clip``
   as ReLU6) + 1 ``Gemm``.
 - ``efficientnet_b0``: torchvision EfficientNet-B0, 81 ``Conv`` (16 depthwise, squeeze-excite
