@@ -12,13 +12,27 @@ import sys
 from typing import Any, Dict, Mapping, Optional
 
 
-def rss_kib() -> int:
-    """This process's resident set size now, in KiB (Linux ``/proc``; 0 where unavailable)."""
+def _status_kib(field: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def rss_kib() -> int:
+    """This process's resident set size now, in KiB (Linux ``/proc``; 0 where unavailable)."""
+    return _status_kib("VmRSS")
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident set size, in KiB (``VmHWM``; 0 where unavailable).
+
+    Not ``resource.getrusage(...).ru_maxrss``: Linux carries that over ``fork`` + ``exec``, so a
+    worker started by a parent of 1 GiB reports at least 1 GiB whatever it uses itself.
+    ``VmHWM`` belongs to the worker's own address space, which ``exec`` starts afresh.
+    """
+    return _status_kib("VmHWM")
 
 
 def run_worker(
@@ -36,6 +50,17 @@ def run_worker(
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
     raise RuntimeError(f"worker printed no result: {proc.stdout}\n{proc.stderr}")
+
+
+def fold_fields(result: Any) -> Dict[str, Any]:
+    """What a worker reports of a ``fold_guard.relax.fold`` result: steps, kernels, folded calls."""
+    report = result.report
+    return {
+        "steps": {k: float(v) for k, v in report.seconds.items()},
+        "kernels_compiled": int(report.kernels_compiled),
+        "kernels_cached": int(report.kernels_cached),
+        "folded": len(result.plan.folded),
+    }
 
 
 def keep_best(best: Dict[str, Dict[str, Any]], impl: str, result: Mapping[str, Any]) -> None:

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 import numpy as np
-from _harness import keep_best, rss_kib, run_worker
+from _harness import fold_fields, keep_best, rss_kib, run_worker
 
 IMPLS = ("stock", "ours", "warm")
 DEFAULT_BLOCKS = (25, 50, 100, 200)
@@ -130,12 +130,7 @@ def worker(args) -> int:
         result = fgr.fold(mod, policy=args.policy, kernel_cache=args.cache)
         seconds = time.perf_counter() - t0
         out = result.mod
-        info = {
-            "steps": {k: float(v) for k, v in result.report.seconds.items()},
-            "kernels_compiled": int(result.report.kernels_compiled),
-            "kernels_cached": int(result.report.kernels_cached),
-            "folded": len(result.plan.folded),
-        }
+        info = fold_fields(result)
     maxrss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tvm.ir.save_json  # noqa: B018 - make sure it exists before writing
     with open(args.out, "w") as f:
