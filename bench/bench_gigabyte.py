@@ -8,7 +8,7 @@ weights. Folded under ``default`` (stock folds the same: every weight becomes an
 and ``keep-qdq-weights`` (every weight becomes an int8 constant under its dequantize).
 
 Every (size, implementation) runs in a fresh process (``_harness.run_worker``); the worker builds
-the model (not timed), then times the fold and reads its peak RSS (``ru_maxrss``). The printed
+the model (not timed), then times the fold and reads its peak RSS (``VmHWM``: see ``_harness.peak_rss_kib``). The printed
 ``bound`` is ``1.5 x (input + output constant bytes) + the worker's RSS before the fold`` (the
 process baseline plus the model it was handed). Growth: the time at 2N layers over the time at N.
 fold_guard's output is checked structurally equal to stock's under ``default``.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from _harness import rss_kib, run_worker
+from _harness import peak_rss_kib, rss_kib, run_worker
 
 GIB = 1 << 30
 
@@ -88,7 +87,7 @@ def worker(args: argparse.Namespace) -> int:
     else:
         out = fgr.fold(mod, policy=args.policy, kernel_cache=False).mod
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = peak_rss_kib()
     result: Dict[str, Any] = {
         "seconds": seconds,
         "peak_kib": peak,
@@ -124,6 +123,7 @@ def main(argv=None) -> int:
 
     script = os.path.abspath(__file__)
     rows = []
+    pending = []
     failed = False
     with tempfile.TemporaryDirectory(prefix="fold_guard_gib_") as tmp:
         for layers in args.layers:
@@ -139,11 +139,16 @@ def main(argv=None) -> int:
                 print(f"... fold_guard {policy}, {layers} layers", file=sys.stderr, flush=True)
                 ours = run_worker(script, {**base, "impl": "ours", "policy": policy, "out": path})
                 if stock is not None and policy == "default":
-                    with open(stock_path) as a, open(path) as b:
-                        ours["equal"] = bool(tvm_ffi.structural_equal(tvm.ir.load_json(a.read()), tvm.ir.load_json(b.read())))
-                    failed |= not ours["equal"]
+                    pending.append((ours, stock_path, path))
+                else:
+                    os.unlink(path)
                 rows.append((layers, "fold_guard", policy, ours))
-                os.unlink(path)
+        # After every worker has run: this process loads gigabytes to compare, and no worker may
+        # start while it holds them (they would compete for memory on a 24 GiB machine).
+        for ours, stock_path, path in pending:
+            with open(stock_path) as a, open(path) as b:
+                ours["equal"] = bool(tvm_ffi.structural_equal(tvm.ir.load_json(a.read()), tvm.ir.load_json(b.read())))
+            failed |= not ours["equal"]
 
     print()
     print("| layers | fp32 weights GiB | impl | policy | seconds | vs stock | peak MiB | bound MiB | within bound | equal |")

@@ -23,7 +23,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
-from _harness import keep_best, rss_kib, run_worker
+from _harness import keep_best, peak_rss_kib, rss_kib, run_worker
 
 IMPLS = ("stock", "ours")
 DEFAULT_BLOCKS = (25, 50, 100, 200)
@@ -208,8 +208,6 @@ def count_qnn_calls(mod: Any) -> int:
 
 
 def worker(args: argparse.Namespace) -> int:
-    import resource
-
     import tvm
     from tvm import relay
 
@@ -225,7 +223,7 @@ def worker(args: argparse.Namespace) -> int:
     # Look the stock pass up before timing (and build ours), so timing covers the fold only.
     stock_pass = relay.transform.FoldConstant(**STOCK_FOR_POLICY[args.policy])
     rss_before = rss_kib()
-    maxrss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    maxrss_before = peak_rss_kib()
     info: Dict[str, Any] = {}
     if args.impl == "stock":
         t0 = time.perf_counter()
@@ -249,7 +247,7 @@ def worker(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         out = ours_pass(mod)
         seconds = time.perf_counter() - t0
-    maxrss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    maxrss_after = peak_rss_kib()
     with open(args.out, "w") as f:
         f.write(tvm.ir.save_json(out))
     info.update(
@@ -425,7 +423,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             )
     print()
     print(f"speedup = stock s / ours s (wall time of the pass only, min over --repeat runs; stock is "
-          f"{stock_name}); ms/block per synthetic block or per CNN layer; peak = ru_maxrss of the "
+          f"{stock_name}); ms/block per synthetic block or per CNN layer; peak = VmHWM of the "
           "worker process; Δ = peak minus RSS just before the pass; mem ratio = ours peak / stock peak; "
           "qnn calls = qnn.* calls in main before -> after stock / after ours")
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
