@@ -14,8 +14,8 @@ all still there after our pass and after a later stock pass; the built module co
 bits before and after our pass; the input is untouched (JSON bytes); folding is deterministic and
 idempotent; ``fold(annotate(m, P))`` under default keeps and folds the same calls as ``fold(m, P)``.
 
-``FOLD_GUARD_FUZZ_EXAMPLES`` (default 200) and ``FOLD_GUARD_FUZZ_RUN_EVERY`` (default 4) as in
-``tests/relax/test_fuzz_relax.py``.
+``FOLD_GUARD_FUZZ_EXAMPLES`` (default 25 here: see ``EXAMPLES``) and ``FOLD_GUARD_FUZZ_RUN_EVERY``
+(default 4) as in ``tests/relax/test_fuzz_relax.py``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ from tvm import relay
 from tvm.contrib import graph_executor
 
 import fold_guard.relay as fgr
+from fold_guard import Reason
 from fold_guard.relay._evaluate import evaluation_target
 
-EXAMPLES = int(os.environ.get("FOLD_GUARD_FUZZ_EXAMPLES", "200"))
+#: Relay examples cost several seconds each (stock ``fold_qnn=True`` alone is ~0.6 s per QNN
+#: block), so the normal run does fewer than on Relax; the long profile sets the count.
+EXAMPLES = int(os.environ.get("FOLD_GUARD_FUZZ_EXAMPLES", "25"))
 RUN_EVERY = int(os.environ.get("FOLD_GUARD_FUZZ_RUN_EVERY", "4"))
 POLICIES = ("default", "fold-qnn", "keep-qdq-weights", "qdq-accelerator", "size-guard", "weights-only")
 ANNOTATIONS = ("fold_barrier", "fold_allow")
@@ -175,6 +178,9 @@ def _op_counts(mod: tvm.IRModule) -> Counter:
 
 
 def _run(mod: tvm.IRModule, spec: dict) -> List[np.ndarray]:
+    """Build a copy (relay.build writes into the attributes it is given, which our output shares
+    with its input) in graph form (QNN canonicalization needs scales it can see as constants)."""
+    mod = relay.transform.ToGraphNormalForm()(_copy(mod))
     with tvm.transform.PassContext(opt_level=3):  # as the other Relay build checks; QNN needs its canonicalization
         lib = relay.build(mod, target=evaluation_target())
     runtime = graph_executor.GraphModule(lib["default"](tvm.cpu()))
@@ -187,6 +193,17 @@ def _copy(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.ir.load_json(tvm.ir.save_json(mod))  # the stock passes write types into their input
 
 
+def _check_like_stock(result, stock_pass, mod: tvm.IRModule) -> None:
+    """Ours equals the stock pass; where stock itself crashes (its x86 ``dense`` schedule raises a
+    TypeError on a zero-size input), ours keeps what it could not evaluate, with the reason."""
+    try:
+        stock = stock_pass(_copy(mod))
+    except Exception:  # noqa: BLE001 - a stock crash is the reference behaviour compared with here
+        assert any(d.reason is Reason.EVAL_FAILED for d in result.plan.decisions), result.plan.explain()
+        return
+    tvm.ir.assert_structural_equal(result.mod, stock, map_free_vars=True)
+
+
 @pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(_MODULE)
@@ -196,9 +213,8 @@ def test_fuzzed_relay_modules(spec):
     saved, saved_plain = tvm.ir.save_json(mod), tvm.ir.save_json(plain)
 
     # Guarantee 1: unannotated, default is FoldConstant() and fold-qnn is fold_qnn=True.
-    tvm.ir.assert_structural_equal(fgr.fold(plain).mod, relay.transform.FoldConstant()(_copy(plain)), map_free_vars=True)
-    fold_qnn = relay.transform.FoldConstant(fold_qnn=True)(_copy(plain))
-    tvm.ir.assert_structural_equal(fgr.fold(plain, policy="fold-qnn").mod, fold_qnn, map_free_vars=True)
+    _check_like_stock(fgr.fold(plain), relay.transform.FoldConstant(), plain)
+    _check_like_stock(fgr.fold(plain, policy="fold-qnn"), relay.transform.FoldConstant(fold_qnn=True), plain)
 
     # Guarantee 3: barriers and everything downstream of them survive ours and a later stock pass.
     guarded = _downstream_of_barriers(mod)
@@ -211,7 +227,7 @@ def test_fuzzed_relay_modules(spec):
 
     # Guarantee 2: the same bits at run time.
     if spec["seed"] % RUN_EVERY == 0 and not tvm.ir.structural_equal(ours, mod, map_free_vars=True):
-        for got, want in zip(_run(ours, spec), _run(_copy(mod), spec)):
+        for got, want in zip(_run(ours, spec), _run(mod, spec)):
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
     # annotate carries the policy.
