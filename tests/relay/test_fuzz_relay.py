@@ -39,6 +39,9 @@ from fold_guard.relay._evaluate import evaluation_target
 #: Relay examples cost several seconds each (stock ``fold_qnn=True`` alone is ~0.6 s per QNN
 #: block), so the normal run does fewer than on Relax; the long profile sets the count.
 EXAMPLES = int(os.environ.get("FOLD_GUARD_FUZZ_EXAMPLES", "25"))
+#: The default run draws the same examples every time, so CI cannot fail on a module no one has
+#: seen; ``FOLD_GUARD_FUZZ_RANDOM=1`` (implied by a long profile) explores new ones each run.
+EXPLORE = os.environ.get("FOLD_GUARD_FUZZ_RANDOM", "") not in ("", "0") or "FOLD_GUARD_FUZZ_EXAMPLES" in os.environ
 RUN_EVERY = int(os.environ.get("FOLD_GUARD_FUZZ_RUN_EVERY", "4"))
 POLICIES = ("default", "fold-qnn", "keep-qdq-weights", "qdq-accelerator", "size-guard", "weights-only")
 ANNOTATIONS = ("fold_barrier", "fold_allow")
@@ -204,8 +207,14 @@ def _check_like_stock(result, stock_pass, mod: tvm.IRModule) -> None:
     tvm.ir.assert_structural_equal(result.mod, stock, map_free_vars=True)
 
 
+def _is_zero_size_dense_crash(err: Exception, spec: dict) -> bool:
+    """hhb's x86 ``dense`` schedule cannot compile a zero-size dense (autotvm's ``get_factors(0)``
+    raises), in the stock pass's evaluation and in ``relay.build`` alike: TVM's failure, not ours."""
+    return 0 in spec["shape"] and "reduce() of empty iterable" in str(err)
+
+
 @pytest.mark.slow
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=not EXPLORE)
 @given(_MODULE)
 def test_fuzzed_relay_modules(spec):
     plain = build(spec, annotate=False)
@@ -220,15 +229,25 @@ def test_fuzzed_relay_modules(spec):
     guarded = _downstream_of_barriers(mod)
     ours = fgr.fold(mod).mod
     assert _downstream_of_barriers(ours) == guarded
-    assert _downstream_of_barriers(relay.transform.FoldConstant()(_copy(ours))) == guarded
+    try:
+        after_stock = relay.transform.FoldConstant()(_copy(ours))
+    except Exception as err:  # noqa: BLE001 - checked: only the known TVM crash is accepted
+        assert _is_zero_size_dense_crash(err, spec), err
+    else:
+        assert _downstream_of_barriers(after_stock) == guarded
     # Guarantee 4: deterministic and idempotent.
     tvm.ir.assert_structural_equal(fgr.fold(mod).mod, ours, map_free_vars=True)
     tvm.ir.assert_structural_equal(fgr.fold(ours).mod, ours, map_free_vars=True)
 
     # Guarantee 2: the same bits at run time.
     if spec["seed"] % RUN_EVERY == 0 and not tvm.ir.structural_equal(ours, mod, map_free_vars=True):
-        for got, want in zip(_run(ours, spec), _run(mod, spec)):
-            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        try:
+            reference = _run(mod, spec)
+        except Exception as err:  # noqa: BLE001 - checked: only the known TVM crash is accepted
+            assert _is_zero_size_dense_crash(err, spec), err  # no reference output to compare with
+        else:
+            for got, want in zip(_run(ours, spec), reference):
+                np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
     # annotate carries the policy.
     policy = spec["policy"]
