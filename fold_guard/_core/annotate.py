@@ -48,14 +48,28 @@ def allow_roots(wide: FoldPlan, narrow: FoldPlan) -> Tuple[int, ...]:
     """
     if wide.graph is not narrow.graph:
         raise PlanInvariantError("allow_roots compares two plans of the same FoldGraph")
-    consumers = wide.graph.consumers()
-    return tuple(
-        node.id
-        for node in wide.graph.nodes
-        if wide.folds(node.id)
-        and not narrow.folds(node.id)
-        and not any(wide.folds(user) for user in consumers[node.id])
-    )
+    graph = wide.graph
+    consumers = graph.consumers()
+
+    def only_wide(node_id: int) -> bool:
+        return wide.folds(node_id) and not narrow.folds(node_id)
+
+    def tensor_roots(node_id: int) -> Tuple[int, ...]:
+        # fold_allow annotates one tensor: a root with a tuple result is allowed through the
+        # inputs that make it non-constant under ``narrow``; with them constant, ``narrow``
+        # folds the tuple-valued call itself.
+        if len(graph.nodes[node_id].outputs) == 1:
+            return (node_id,)
+        inputs = [inp.source for inp in graph.nodes[node_id].inputs if inp.kind is InputKind.NODE]
+        return tuple(root for source in inputs if only_wide(source) for root in tensor_roots(source))
+
+    roots = [
+        root
+        for node in graph.nodes
+        if only_wide(node.id) and not any(wide.folds(user) for user in consumers[node.id])
+        for root in tensor_roots(node.id)
+    ]
+    return tuple(sorted(set(roots)))
 
 
 @dataclass(frozen=True)

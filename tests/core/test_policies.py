@@ -451,3 +451,17 @@ def test_resolve_bad_input_lists_known_names():
         resolve_policy(None)
     for name in BUILTIN_NAMES:
         assert name in str(info.value)
+
+
+def test_allow_root_with_a_tuple_result_is_allowed_through_its_inputs():
+    """c -> qnn.quantize (q) -> split (s, two results): fold_allow annotates one tensor, so the
+    root under fold-qnn is q, not the tuple-valued s (default folds s once q is constant)."""
+    from fold_guard._core import DEFAULT_POLICY, FOLD_QNN_POLICY, FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo, plan_folds
+    from fold_guard._core.annotate import allow_roots
+
+    t = TensorInfo.of("int8", (4,))
+    half = TensorInfo.of("int8", (2,))
+    q = FoldNode(0, "qnn.quantize", "q", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,), default_fold=False)
+    s = FoldNode(1, "split", "s", "main", (NodeInput(InputKind.NODE, "q", t, 0),), (half, half))
+    graph = FoldGraph((q, s))
+    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (0,)
