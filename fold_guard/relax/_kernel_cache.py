@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import tvm
 
 from .. import __version__ as FOLD_GUARD_VERSION
+from .._core.errors import PreconditionError
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -85,7 +86,14 @@ def resolve_cache(setting: CacheSetting, target: str) -> Optional["KernelCache"]
         root = Path(env) if env else default_cache_dir()
     else:
         root = Path(setting)
-    max_bytes = int(os.environ.get(CACHE_MAX_BYTES_ENV, DEFAULT_MAX_BYTES))
+    raw = os.environ.get(CACHE_MAX_BYTES_ENV, str(DEFAULT_MAX_BYTES))
+    try:
+        max_bytes = int(raw)
+    except ValueError:
+        raise PreconditionError(
+            f"{CACHE_MAX_BYTES_ENV}={raw!r} is not a number of bytes; hint: unset it for the default "
+            f"({DEFAULT_MAX_BYTES}) or set e.g. {CACHE_MAX_BYTES_ENV}=268435456"
+        ) from None
     return KernelCache(root, target, max_bytes=max_bytes)
 
 

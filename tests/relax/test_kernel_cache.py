@@ -23,6 +23,7 @@ import tvm
 from tvm import relax
 
 import fold_guard.relax as fgr
+from fold_guard import PreconditionError
 from fold_guard.relax import _kernel_cache
 from fold_guard.relax._kernel_cache import CACHE_DIR_ENV, KernelCache, resolve_cache
 
@@ -183,3 +184,9 @@ def test_key_covers_what_determines_the_code(tmp_path, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(_kernel_cache, "FOLD_GUARD_VERSION", "0.0.0")
     assert KernelCache(tmp_path, "llvm").dir != base
+
+
+def test_a_size_bound_that_is_not_a_number_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv(_kernel_cache.CACHE_MAX_BYTES_ENV, "1G")
+    with pytest.raises(PreconditionError, match="FOLD_GUARD_CACHE_MAX_BYTES='1G'"):
+        resolve_cache(None, "llvm")
