@@ -86,18 +86,14 @@ def _legalize_to_operand(_builder: Any, call: relax.Call) -> relax.Expr:
 
 #: The runtime builtin a barrier lowers to: a view of its operand (``Tensor::CreateView``).
 VIEW_BUILTIN = "vm.builtin.reshape"
-
-
 #: Reads a tensor's shape at run time, for a barrier whose operand's type does not give it.
 SHAPE_OF_BUILTIN = "vm.builtin.shape_of"
 
 
 def _lower_barrier_to_view(builder: Any, call: relax.Call) -> relax.Expr:
+    # A tensor: type inference (_infer_identity_type) admits nothing else under an annotation.
     operand = call.args[0]
     ty = _compat.type_of(operand)
-    if not isinstance(ty, _compat.TensorType):
-        # Shapes, prim values and tuples: KillAfterLastUse schedules no tensor kill for them.
-        return operand
     shape = ty.shape
     if shape is None:
         ndim = getattr(ty, "ndim", -1)
