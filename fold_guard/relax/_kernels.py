@@ -406,10 +406,6 @@ class KernelLibrary:
         self.compiled = 0
         self.cached = 0
 
-    @property
-    def size(self) -> int:
-        return len(self._funcs)
-
     def build(self) -> None:
         """Load cached kernels, compile the rest in one batch; on failure build one by one."""
         if not self._funcs:
