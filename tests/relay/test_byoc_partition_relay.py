@@ -189,6 +189,7 @@ def test_fq2i_leaves_a_constant_quantize_on_every_weight(flow: Flow) -> None:
     assert all(is_quantize_of_constants(call.args[1]) for call in byoc.quantized_calls(flow.stock["main"]))
 
 
+@pytest.mark.stock
 def test_after_stock_fold_constant_nothing_is_offloaded(flow: Flow) -> None:
     partitioned = flow.partitioned["stock"]
     assert byoc.count_offloaded(partitioned) == Offload(total=flow.n, offloaded=0, int8_weights=0)

@@ -324,6 +324,7 @@ def test_folding_a_constant_requantize_leaves_the_input_module_unchanged(policy:
     assert [c.attrs.rounding for c in _calls(before) if c.op.name == "qnn.requantize"] == ["None"] * 3
 
 
+@pytest.mark.stock
 def test_stock_fold_qnn_changes_its_input_module_in_place() -> None:
     """The stock behaviour the test above guards against, so that test can fail."""
     before = net(conv_weight(), dense_weight())
