@@ -59,6 +59,10 @@ BUILT = ["qdq_cnn", "residual_cnn"]
 # ----------------------------------------------------------------------------------- helpers
 
 
+# Every test here imports, builds or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def onnx_weight_count(model: Any) -> int:
     """QuantizeLinear nodes of the ONNX model that quantize a weight initializer (rank >= 2)."""
     ranks = {init.name: len(init.dims) for init in model.graph.initializer}

@@ -200,8 +200,16 @@ def _assert_same_outputs(name: str, expected: list[np.ndarray], got: list[np.nda
             np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-6, err_msg=f"{name} output {i}")
 
 
+# Building and running takes a second or more per module: the fast lane runs these few, the full
+# lane every one.
+FAST_RUNNABLE = ("float_elemwise_chain", "conv2d_weight_prep", "qnn_constant_weights_activation_graph", "if_const_cond")
+assert set(FAST_RUNNABLE) <= set(RUNNABLE)
+
+
 @pytest.mark.parametrize("policy, fold_qnn", POLICIES, ids=POLICY_IDS)
-@pytest.mark.parametrize("name", RUNNABLE)
+@pytest.mark.parametrize(
+    "name", [n if n in FAST_RUNNABLE else pytest.param(n, marks=pytest.mark.slow) for n in RUNNABLE]
+)
 def test_folded_module_runs_same(name: str, policy: str, fold_qnn: bool):
     record = STOCK[name]
     if fold_qnn and record.ops_fold_qnn == record.ops_default:

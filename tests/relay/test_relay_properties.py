@@ -194,6 +194,7 @@ def test_without_annotations_ours_is_stock(spec: Spec) -> None:
     tvm.ir.assert_structural_equal(fgr.FoldConstant()(plain), STOCK(build(spec, annotate=False)), map_free_vars=True)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_SPEC)
 def test_built_outputs_match_the_unannotated_module(spec: Spec) -> None:
