@@ -133,7 +133,7 @@ LINT=""
 run_lint() {
     local code=0
     header "lint: ruff check, ruff format --check (pyproject.toml [tool.ruff])"
-    .venv/bin/ruff check . || code=1
+    .venv/bin/ruff check --output-format concise . || code=1
     .venv/bin/ruff format --check . || code=1
     if [ "$code" -eq 0 ]; then LINT="passed"; else LINT="failed (see the lint step above)"; fi
     return "$code"
