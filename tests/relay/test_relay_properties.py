@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 import tvm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
