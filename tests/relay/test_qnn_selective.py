@@ -299,6 +299,7 @@ BUILD_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BUILD_CASES))
 def test_built_module_runs_bit_identically_before_and_after(case: str, reference_output: np.ndarray) -> None:
     make, policy = BUILD_CASES[case]

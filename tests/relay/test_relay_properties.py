@@ -188,6 +188,7 @@ def test_barriers_hold_and_the_pass_is_pure(spec: Spec) -> None:
     ]
 
 
+@pytest.mark.slow
 @_SETTINGS
 @given(_SPEC)
 def test_without_annotations_ours_is_stock(spec: Spec) -> None:
