@@ -11,8 +11,8 @@ Relay has no binding names, so plan decisions are looked up by op name; each mod
 at most once where a decision is asserted.
 
 The issue asks for one contrast in particular: stock Relay ``FoldConstant`` folds straight
-through a plain identity op (registered here under a test-only name, exactly the way the brief
-describes), while ``fold_barrier`` holds under our pass and under a later stock pass.
+through a plain identity op (registered here under a test-only name, exactly the way RFC.md's
+Appendix A describes), while ``fold_barrier`` holds under our pass and under a later stock pass.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def test_barrier_unchanged(before, policy):
 
 @pytest.fixture(scope="module")
 def test_identity_op() -> Iterator[tvm.ir.Op]:
-    """A plain identity op, registered the way the brief describes (not TOpIsStateful).
+    """A plain identity op, registered the way RFC.md's Appendix A describes (not TOpIsStateful).
 
     Relay ops cannot be unregistered, so it gets a test-only name and is registered at most once
     per process.

@@ -290,8 +290,8 @@ def test_the_module_pass_folds_named_external_functions_like_fold_function(flow:
 def test_partitioned_modules_build_and_run_like_the_unfolded_module(flow: Flow) -> None:
     """Both partitions build with the test codegen and run to the unfolded module's output.
 
-    Partition-first: the codegen folds each external function with the backend policy (the brief's
-    "FoldConstant on the external function" flow); fold-first: it receives int8 weights already.
+    Partition-first: the codegen folds each external function with the backend policy (RFC.md,
+    Appendix A: ``fold_function`` in a codegen hook); fold-first: it receives int8 weights already.
     Without a policy the codegen refuses a partition-first function (its weights are quantize calls),
     as an NPU compiler would.
     """
