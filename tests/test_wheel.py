@@ -14,6 +14,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -29,7 +30,7 @@ _NOT_DEPENDENCIES = {"_common", "support", "tests", "examples", "onnxruntime", "
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
     source = tmp_path_factory.mktemp("source") / "fold_guard"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
     out = tmp_path_factory.mktemp("wheel")
