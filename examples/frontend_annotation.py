@@ -29,7 +29,7 @@ import tvm
 from tvm import relax
 
 import fold_guard.relax as fgr
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 MODELS: List[Tuple[str, Callable]] = [
     ("qdq_cnn", onnx_models.make_qdq_cnn),

@@ -84,12 +84,12 @@ RESULTS="$(mktemp -d)"
 trap 'rm -rf "$RESULTS"' EXIT
 
 run_relax() {
-    .venv/bin/python -m pytest tests fold_guard --ignore=tests/relay --ignore=fold_guard/relay \
+    .venv/bin/python -m pytest tests fold_guard examples/_common --ignore=tests/relay --ignore=fold_guard/relay \
         --junitxml="$RESULTS/relax.xml" "$@"
 }
 
 run_relay() {
-    .venv310/bin/python -m pytest tests/core tests/relay fold_guard --ignore=fold_guard/relax \
+    .venv310/bin/python -m pytest tests/core tests/relay tests/support fold_guard examples/_common --ignore=fold_guard/relax \
         --junitxml="$RESULTS/relay.xml" "$@"
 }
 

@@ -21,7 +21,7 @@ from fold_guard import Annotation
 
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 from golden import op_calls
-from fold_guard.testing import onnx_models  # noqa: E402
+from _common import onnx_models  # noqa: E402
 
 W_INT8 = (np.arange(16, dtype="int8") - 8).reshape(4, 4)
 W_FP32 = np.linspace(-1.0, 1.0, 16, dtype="float32").reshape(4, 4)

@@ -4,7 +4,7 @@
                  ──fold-guard fold -o──▶ OUT.json / OUT.py  ==  fgr.fold(...).mod (structurally)
     bad input    ──fold-guard ...──────▶ exit 2, one line on stderr naming it, nothing written
 
-Each model is written once per session from ``fold_guard.testing.onnx_models`` (fixed seeds).
+Each model is written once per session from ``_common.onnx_models`` (fixed seeds).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import fold_guard.relax as fgr
 from fold_guard.cli import SCHEMA_PATH
 from fold_guard.cli._check import compare_outputs
 from fold_guard.cli._progress import Progress
-from fold_guard.testing import onnx_models as om
+from _common import onnx_models as om
 
 MODELS = sorted(om.MODEL_BUILDERS)
 REPO = Path(__file__).resolve().parents[2]

@@ -34,7 +34,8 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard import PreconditionError, list_policies
-from fold_guard.testing import onnx_models
+from _common import onnx_models
+from _common.codegen_input import compile_with_codegen_input
 
 from golden import CONSTANT_TYPE, op_calls
 
@@ -234,32 +235,13 @@ def test_stock_pipeline_erases_what_is_not_annotated():
     assert _fp32_of_shapes(out, shapes) >= 5
 
 
-@tvm.instrument.pass_instrument
-class _FinalModule:
-    """Keeps the module after each pass: after a build, the module VM codegen received."""
-
-    def __init__(self) -> None:
-        self.mod = None
-
-    def run_after_pass(self, mod, info):
-        if any(isinstance(func, relax.Function) for func in mod.functions.values()):
-            self.mod = mod
-
-
-def _built_constants(mod: tvm.IRModule) -> Tuple[tvm.runtime.Executable, tvm.IRModule]:
-    final = _FinalModule()
-    with tvm.transform.PassContext(instruments=[final]):
-        exe = tvm.compile(mod, target="llvm")
-    return exe, final.mod
-
-
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_compiled_executable_holds_integer_weights(model):
     """tvm.compile on the CPU: the executable's constants are the barriers' integer constants."""
     imported, _, folded, inputs, reference = _model(model)
-    exe, codegen_input = _built_constants(folded)
+    exe, codegen_input = compile_with_codegen_input(folded)
     assert_barriers_hold(codegen_input, folded, lowered=True)
-    stock_exe, stock_input = _built_constants(relax.transform.FoldConstant()(imported))
+    stock_exe, stock_input = compile_with_codegen_input(relax.transform.FoldConstant()(imported))
     stock_bytes = Counter()
     ours_bytes = Counter()
     for counter, mod in ((stock_bytes, stock_input), (ours_bytes, codegen_input)):

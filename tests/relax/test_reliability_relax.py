@@ -17,7 +17,7 @@ import fold_guard
 import fold_guard.relax as fgr
 from fold_guard import Reason
 
-from fold_guard.testing.reliability import check_concurrent_like_sequential
+from support.reliability import check_concurrent_like_sequential
 from golden import CONSTANT_TYPE, op_calls
 
 

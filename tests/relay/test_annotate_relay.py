@@ -10,7 +10,7 @@ from tvm import relay
 import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Annotation
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 from relay_ir import op_calls
 

@@ -19,7 +19,7 @@ from tvm import relax, relay
 import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Action, FoldPolicy, Rule
-from fold_guard.testing.reliability import Kind, check_kind, keep_exp_policy, register_twice
+from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
 
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)

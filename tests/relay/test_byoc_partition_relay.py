@@ -1,6 +1,6 @@
 """BYOC on Relay: a QNN pattern table needs int8 constant weights, which only a weight fold gives.
 
-The flow of a Relay BYOC backend (see :mod:`fold_guard.testing.relay_byoc`) on QDQ ONNX models whose
+The flow of a Relay BYOC backend (see :mod:`_common.relay_byoc`) on QDQ ONNX models whose
 weights are fp32 initializers feeding ``QuantizeLinear``::
 
     import_relay -> FakeQuantizationToInteger          qnn.conv2d(x, qnn.quantize(<fp32 const>), ...)
@@ -37,9 +37,9 @@ from tvm import relay
 
 import fold_guard.relay as fgr
 from fold_guard import Reason
-from fold_guard.testing import onnx_models
-from fold_guard.testing import relay_byoc as byoc
-from fold_guard.testing.relay_byoc import NPU_TARGET, Offload
+from _common import onnx_models
+from _common import relay_byoc as byoc
+from _common.relay_byoc import NPU_TARGET, Offload
 
 POLICY = "qdq-accelerator"
 

@@ -21,7 +21,8 @@ from tvm import relay
 from tvm.contrib import graph_executor
 
 import fold_guard.relay as fgr
-from fold_guard.testing import onnx_models, relay_byoc, tflite_models
+from _common import onnx_models, relay_byoc
+from support import tflite_models
 
 from relay_ir import op_calls
 
