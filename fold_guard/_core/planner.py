@@ -166,7 +166,8 @@ def plan_folds(
         decisions.append(decision)
         logger.debug("%s/%s: %s", node.function, node.label, decision)
     plan = FoldPlan(graph, tuple(decisions), policy.name)
-    logger.info("%s", plan.explain(verbose=False))
+    if logger.isEnabledFor(logging.INFO):  # explain() walks every decision: not for nothing
+        logger.info("%s", plan.explain(verbose=False))
     return plan
 
 
@@ -315,7 +316,7 @@ def _lowered_call_error(node: FoldNode, policy: FoldPolicy) -> PreconditionError
         f"function {node.function}: {node.label} = {node.op} has constant inputs, but the module is "
         f"already lowered (LegalizeOps turned its ops into kernel calls), and policy "
         f"{policy.name!r} decides by op name ({rules}): it cannot tell what this call computes. "
-        "Hint: annotate before lowering (fold_guard.relax.annotate(mod, policy) right after the "
+        "Hint: annotate before lowering (fold_guard.relax.annotate(mod, policy=...) right after the "
         "import writes the policy into the module as fold_barrier / fold_allow, which every later "
         "pipeline keeps), or fold this module under 'default' or a size_guard"
     )

@@ -234,15 +234,6 @@ class FoldPolicy:
                 return rule.action, rule
         return None
 
-    def should_fold(self, call: CallView) -> Optional[bool]:
-        """Three-way answer: True (fold), False (keep), None (no opinion: the IR's default)."""
-        verdict = self.decide(call)
-        return None if verdict is None else verdict[0] is Action.FOLD
-
-    def then(self, other: "FoldPolicy") -> "FoldPolicy":
-        """This policy's rules first, then ``other``'s."""
-        return compose(self, other)
-
     def describe(self) -> str:
         lines = [f"{self.name}: {self.description}"]
         lines += [f"  - {rule}" for rule in self.rules] or ["  (no rules: the IR's default decides)"]

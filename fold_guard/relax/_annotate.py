@@ -21,7 +21,7 @@ __all__ = ["annotate"]
 
 
 @serialized
-def annotate(mod: tvm.IRModule, policy: PolicySpec = "qdq-accelerator") -> Annotated:
+def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> Annotated:
     """Place the annotations that make any later fold follow ``policy``; return them with the module.
 
     Meant for a module fresh from a frontend (``relax.frontend.onnx.from_onnx(model,

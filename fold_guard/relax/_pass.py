@@ -45,9 +45,20 @@ def _check_module(mod: object) -> None:
             )
 
 
-def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
-    _check_module(mod)  # the TVM release was checked when fold_guard.relax was imported
+def analyse(
+    mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer, *, strict: bool = False
+) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
+    # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
+    # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
+    _check_module(mod)
     policy = resolve_policy(policy_spec)
+    if strict and not relax.analysis.check_well_formed(mod):
+        # checked up front so the post-condition in ``fold`` can only ever blame fold_guard
+        raise PreconditionError(
+            "the input module is not well formed (strict mode checks fold_guard's output with "
+            "relax.analysis.well_formed, so it needs a well-formed input); "
+            "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
+        )
     # Step 1. Describe every call binding of every Relax function.
     lowered = lower_relax(mod)
     timer.lap("lower")
@@ -151,14 +162,7 @@ def _fold(
     mod: tvm.IRModule, policy: PolicySpec, strict: bool, max_fold_bytes: Optional[int], kernel_cache: CacheSetting
 ) -> FoldResult:
     timer = StepTimer()
-    lowered, kernels, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), timer)
-    if strict and not relax.analysis.check_well_formed(mod):
-        # checked up front so the post-condition below can only ever blame fold_guard
-        raise PreconditionError(
-            "the input module is not well formed (strict mode checks fold_guard's output with "
-            "relax.analysis.well_formed, so it needs a well-formed input); "
-            "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
-        )
+    lowered, kernels, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
     # Step 3. Plan with the TVM-free core.
     fold_plan = plan_folds(graph, resolved)
     timer.lap("plan")
@@ -191,7 +195,8 @@ def _fold(
         kernels_cached=library.cached,
         seconds=dict(timer.seconds),
     )
-    logger.info("fold_guard.relax.FoldConstant: %s", report.explain(verbose=False))
+    if logger.isEnabledFor(logging.INFO):  # the report's text is built only for a listener
+        logger.info("fold_guard.relax.FoldConstant: %s", report.explain(verbose=False))
     modified = not tvm_ffi.structural_equal(new_mod, mod)
     return FoldResult(new_mod, modified, fold_plan, report)
 

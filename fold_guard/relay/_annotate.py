@@ -25,9 +25,9 @@ __all__ = ["annotate", "allow_constant_qnn"]
 @serialized
 def annotate(
     mod: tvm.IRModule,
-    params: Optional[Mapping[str, object]] = None,
     *,
     policy: PolicySpec = "qdq-accelerator",
+    params: Optional[Mapping[str, object]] = None,
 ) -> Annotated:
     """Place the annotations that make any later fold follow ``policy``; return them with the module.
 
@@ -56,7 +56,7 @@ def annotate(
     >>> w_q = relay.qnn.op.quantize(w, relay.const(0.05), relay.const(0), out_dtype="int8")
     >>> w_dq = relay.qnn.op.dequantize(w_q, relay.const(0.05), relay.const(0))
     >>> mod = tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.dense(x, w_dq)))
-    >>> annotated = fgr.annotate(mod, {"w": np.ones((4, 4), "float32")})
+    >>> annotated = fgr.annotate(mod, params={"w": np.ones((4, 4), "float32")})
     >>> print(annotated.explain())
     annotated for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier
       main: fold_allow around %0 = qnn.quantize [fold-quantize-of-constant]
@@ -117,7 +117,7 @@ def _guard_first_operand(call: relay.Call) -> relay.Call:
 
 def _bind_params(mod: tvm.IRModule, params: Mapping[str, object]) -> tvm.IRModule:
     if "main" not in [gvar.name_hint for gvar in mod.get_global_vars()]:
-        raise PreconditionError("annotate(mod, params) binds params into 'main', but the module has no 'main'")
+        raise PreconditionError("annotate(mod, params=...) binds params into 'main', but the module has no 'main'")
     names = {param.name_hint for param in mod["main"].params}
     unknown = sorted(set(params) - names)
     if unknown:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relay
@@ -83,18 +84,38 @@ def _infer_types(mod: tvm.IRModule, what: str, *, visible: bool) -> tvm.IRModule
     def collect(context: object) -> None:
         messages.extend(str(diagnostic.message) for diagnostic in context.diagnostics)  # type: ignore[attr-defined]
 
-    tvm.ir.diagnostics.override_renderer(collect)
+    with _diagnostics_renderer(collect):
+        try:
+            return relay.transform.InferType()(mod)
+        except tvm.TVMError as err:
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            why = "; ".join(messages) or (lines[-1] if lines else str(err))
+            raise PreconditionError(
+                f"{what} does not type-check, so fold_guard cannot tell what is constant: {why}. "
+                "Hint: run relay.transform.InferType() on it to see where"
+            ) from err
+
+
+#: The global function through which ``tvm.ir.diagnostics.override_renderer`` installs a renderer.
+_RENDERER_FUNC = "diagnostics.OverrideRenderer"
+
+
+@contextlib.contextmanager
+def _diagnostics_renderer(render: Callable[[object], None]) -> Iterator[None]:
+    """Report diagnostics through ``render`` inside the block, then restore the caller's renderer.
+
+    The renderer is process-wide: a user's own (installed with ``override_renderer``) is put back
+    as it was, and TVM's default only when there was none.
+    """
+    previous = tvm.get_global_func(_RENDERER_FUNC, allow_missing=True)
+    tvm.ir.diagnostics.override_renderer(render)
     try:
-        return relay.transform.InferType()(mod)
-    except tvm.TVMError as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        why = "; ".join(messages) or (lines[-1] if lines else str(err))
-        raise PreconditionError(
-            f"{what} does not type-check, so fold_guard cannot tell what is constant: {why}. "
-            "Hint: run relay.transform.InferType() on it to see where"
-        ) from err
+        yield
     finally:
-        tvm.ir.diagnostics.override_renderer(None)
+        if previous is None:
+            tvm.ir.diagnostics.override_renderer(None)
+        else:
+            tvm.register_func(_RENDERER_FUNC, previous, override=True)
 
 
 @dataclass(frozen=True)
@@ -249,7 +270,8 @@ def fold(
         seconds=dict(timer.seconds),
         evaluation_runs=runs,
     )
-    logger.info("%s: %s", IMPLEMENTATION, report.explain(verbose=False))
+    if logger.isEnabledFor(logging.INFO):  # the report's text is built only for a listener
+        logger.info("%s: %s", IMPLEMENTATION, report.explain(verbose=False))
     modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
     return FoldResult(new_mod, modified, fold_plan, report)
 

@@ -25,6 +25,7 @@ from fold_guard._core import (
     Reason,
     Rule,
     TensorInfo,
+    compose,
     plan_folds,
 )
 
@@ -483,7 +484,7 @@ def test_policy_beats_default(default_fold):
     g = G()
     g.call("q", g.const("c0"), label="q", default_fold=default_fold)
     g.call("k", g.const("c1"), label="k", default_fold=default_fold)
-    assert summary(plan_folds(g.build(), fold_q.then(keep_k))) == {"q": "FOLDED fold-q", "k": "KEPT_BY_POLICY keep-ops"}
+    assert summary(plan_folds(g.build(), compose(fold_q, keep_k))) == {"q": "FOLDED fold-q", "k": "KEPT_BY_POLICY keep-ops"}
 
 
 def test_default_fold_false_is_kept_by_policy_default():
