@@ -160,10 +160,7 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
             and decision.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET)
             and decision.rule != DEFAULT_RULE
         )
-        inputs_constant = all(
-            inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and policy_plan.folds(inp.source))
-            for inp in node.inputs
-        )
+        inputs_constant = policy_plan.has_constant_inputs(node.id)
         # Not default_plan.folds(node): an allow placed upstream can make the inputs constant
         # only in the annotated module, and the default must not fold the call there either.
         default_would_fold = node.default_fold and node.unfoldable is None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import PlanInvariantError
 from .reasons import Reason
@@ -28,6 +28,7 @@ __all__ = [
     "FoldNode",
     "FoldGraph",
     "dtype_nbytes",
+    "reachable_from_constants",
 ]
 
 _DTYPE_BITS = {
@@ -175,9 +176,48 @@ class FoldGraph:
 
     def consumers(self) -> Mapping[int, Tuple[int, ...]]:
         """Map each node id to the ids of the nodes that read it."""
-        users: dict = {node.id: [] for node in self.nodes}
+        users: Dict[int, List[int]] = {node.id: [] for node in self.nodes}
         for node in self.nodes:
             for inp in node.inputs:
                 if inp.kind is InputKind.NODE:
                     users[inp.source].append(node.id)
         return {key: tuple(value) for key, value in users.items()}
+
+    def reachable_from_constants(self, *, through_barriers: bool) -> FrozenSet[int]:
+        """The nodes that compute from constants only: see :func:`reachable_from_constants`.
+
+        ``through_barriers=False`` is the planner's view (a barrier's output is never constant);
+        ``True`` looks through barriers, for questions about where constant data flows (a
+        barrier over a weight still carries a weight).
+        """
+        opaque = () if through_barriers else {n.id for n in self.nodes if n.annotation is Annotation.BARRIER}
+        return reachable_from_constants([node.inputs for node in self.nodes], opaque=opaque)
+
+
+def reachable_from_constants(
+    inputs: Sequence[Sequence[NodeInput]], *, opaque: AbstractSet[int] = frozenset()
+) -> FrozenSet[int]:
+    """Ids of the nodes whose every input is a literal constant or the output of such a node.
+
+    ``inputs[i]`` are the inputs of node ``i`` (topologically ordered, as in a FoldGraph). The
+    output of a node in ``opaque`` is never constant, whatever its inputs; the node itself is
+    still in the result when its inputs are. This is the one definition of "computes from
+    constants"; whether a node *folds* is the planner's (a node can compute from constants and
+    still be kept).
+
+    >>> t = TensorInfo.of("float32", (2,))
+    >>> c, x = NodeInput(InputKind.CONSTANT, "c", t), NodeInput(InputKind.RUNTIME, "x", t)
+    >>> sorted(reachable_from_constants([(c,), (NodeInput(InputKind.NODE, "a", t, 0),), (x,)]))
+    [0, 1]
+    >>> sorted(reachable_from_constants([(c,), (NodeInput(InputKind.NODE, "a", t, 0),)], opaque={0}))
+    [0]
+    """
+    found: set = set()
+    for node_id, node_inputs in enumerate(inputs):
+        if all(
+            inp.kind is InputKind.CONSTANT
+            or (inp.kind is InputKind.NODE and inp.source in found and inp.source not in opaque)
+            for inp in node_inputs
+        ):
+            found.add(node_id)
+    return frozenset(found)

@@ -92,6 +92,18 @@ class FoldPlan:
     def folds(self, node_id: int) -> bool:
         return self.decisions[node_id].action is Action.FOLD
 
+    def has_constant_inputs(self, node_id: int) -> bool:
+        """Whether every input of the node is a literal constant or a node this plan folds.
+
+        Constant *under this plan*, which is narrower than computing from constants
+        (:meth:`FoldGraph.reachable_from_constants`): a rule that keeps a call upstream makes
+        this false.
+        """
+        return all(
+            inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and self.folds(inp.source))
+            for inp in self.graph.nodes[node_id].inputs
+        )
+
     def count_by_reason(self) -> Dict[Reason, int]:
         counts = Counter(d.reason for d in self.decisions)
         return {reason: counts[reason] for reason in Reason if counts[reason]}

@@ -76,15 +76,12 @@ class GraphUses:
 
     @cached_property
     def computes_from_constants(self) -> FrozenSet[int]:
-        """Nodes whose every input is a literal constant or such a node (annotations included)."""
-        found = set()
-        for node in self.graph.nodes:
-            if all(
-                inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and inp.source in found)
-                for inp in node.inputs
-            ):
-                found.add(node.id)
-        return frozenset(found)
+        """Nodes whose every input is a literal constant or such a node, looking through barriers.
+
+        Through barriers, unlike the planner: a barrier stops folding, not the flow of constant
+        data, and a barrier over a weight still carries a weight.
+        """
+        return self.graph.reachable_from_constants(through_barriers=True)
 
     @cached_property
     def weight_feeders(self) -> FrozenSet[int]:

@@ -62,7 +62,8 @@ def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> An
     >>> [b.value.op.name for b in folded["main"].body.blocks[0].bindings]
     ['relax.fold_barrier', 'relax.dequantize', 'relax.matmul']
     """
-    lowered, _, graph, resolved = analyse(mod, policy, StepTimer())
+    analysis = analyse(mod, policy, StepTimer())
+    lowered, graph, resolved = analysis.lowered, analysis.graph, analysis.policy
     placed = placements(plan_folds(graph, resolved), plan_folds(graph, DEFAULT_POLICY))
     by_function: Dict[str, Dict[relax.Var, List[Placement]]] = {}
     for placement in placed:

@@ -2,44 +2,40 @@
 
 The adapter models the stock ``relax.transform.FoldConstant`` (``src/relax/transform/
 fold_constant.cc``) closely, because under the ``default`` policy our output must be structurally
-equal to its output:
+equal to its output (its rules are stated in :mod:`fold_guard.relax._stock`). An input is
+constant when it is a literal constant, or a variable bound to one (also through aliases), or the
+output of a call that folds; variables bound to tuples, tuple items or match casts are not
+constant, as in the stock pass.
 
-* an input is constant when it is a literal constant, or a variable bound to one (also through
-  aliases), or the output of a call that folds; variables bound to tuples, tuple items or match
-  casts are not constant, as in the stock pass;
-* ``call_tir`` of a module PrimFunc folds in any block; operators fold only inside dataflow
-  blocks, and only when ``LegalizeOps`` turns them into a single ``call_tir``;
-* a creation op (no tensor input) whose result has more than 1024 elements is not folded;
-* a variable bound to a ``ShapeExpr`` is substituted into operator arguments.
+Lowering is two steps, because some facts of a node are only known once its call is legalized
+(whether it has a kernel, whether stock folds what the legalizer returns, which zero-size
+operands the kernel reads): :func:`walk_relax` describes every call binding, the adapter
+legalizes the calls :meth:`Walk.candidates` names, and :meth:`Walk.lower` then builds every
+:class:`FoldNode` once, with those facts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from .._core.errors import PreconditionError, UnsupportedIRError
-from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
+from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo, reachable_from_constants
 from .._core.reasons import Reason
 from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
+from ._stock import CALL_TIR_OP, TENSOR_TO_SHAPE_OP, default_decision, not_legalized_rule
 
-__all__ = ["SiteKind", "CallSite", "LoweredModule", "StaticShapeVar", "lower_relax", "STOCK_MAX_CREATION_ELEMENTS"]
+if TYPE_CHECKING:
+    from ._kernels import KernelSet
 
-#: Stock FoldConstant (``ShouldBeFolded``) leaves creation ops above this many elements alone.
-STOCK_MAX_CREATION_ELEMENTS = 1024
-
-CALL_TIR_OP = "relax.call_tir"
-TENSOR_TO_SHAPE_OP = "relax.tensor_to_shape"
-RULE_DATAFLOW_ONLY = "relax folds operators only inside dataflow blocks (call_tir folds anywhere)"
-RULE_LARGE_CREATION = (
-    f"relax does not fold a creation op whose result has more than {STOCK_MAX_CREATION_ELEMENTS} elements"
-)
+__all__ = ["SiteKind", "CallSite", "LoweredModule", "StaticShapeVar", "Walk", "walk_relax"]
 
 
 class SiteKind(Enum):
@@ -69,18 +65,100 @@ class CallSite:
     leaves: List[relax.Expr] = field(default_factory=list)
     leaf_constants: List[Optional[relax.Expr]] = field(default_factory=list)
     template_args: List[object] = field(default_factory=list)
-    potentially_constant: bool = False
     #: leaves that are run-time tensors of a static zero-size shape (see ``_add_leaf``)
     zero_size_leaves: List[int] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoweredModule:
     """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relax functions they came from."""
 
-    nodes: List[FoldNode]
+    nodes: Tuple[FoldNode, ...]
+    sites: Tuple[CallSite, ...]
+    functions: Mapping[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the walk learns of one call; :meth:`Walk.lower` adds the legalizer's facts."""
+
+    op: str
+    label: str
+    function: str
+    inputs: Tuple[NodeInput, ...]
+    outputs: Tuple[TensorInfo, ...]
+    attrs: Mapping[str, object]
+    annotation: Annotation
+    unfoldable: Optional[Reason]
+    unfoldable_detail: str
+    default_fold: bool
+    default_rule: str
+
+
+@dataclass
+class Walk:
+    """Every call binding of a module, described (:func:`walk_relax`); nodes come from :meth:`lower`."""
+
     sites: List[CallSite]
+    facts: List[_Facts]
     functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+
+    def candidates(self) -> FrozenSet[int]:
+        """The calls that could fold if everything upstream did: the ones worth legalizing.
+
+        Reachability from constants (:func:`~fold_guard._core.graph.reachable_from_constants`),
+        where a zero-size run-time tensor counts as constant (it has one possible value) and the
+        output of a barrier, or of a call fold_guard cannot evaluate at all, does not.
+        """
+        opaque = {
+            site.node_id for site in self.sites if site.kind in (SiteKind.BARRIER, SiteKind.OTHER)
+        }
+        inputs = [
+            tuple(
+                dataclasses.replace(inp, kind=InputKind.CONSTANT) if index in site.zero_size_leaves else inp
+                for index, inp in enumerate(facts.inputs)
+            )
+            for site, facts in zip(self.sites, self.facts)
+        ]
+        reachable = reachable_from_constants(inputs, opaque=opaque)
+        return frozenset(node_id for node_id in reachable if self.sites[node_id].kind is not SiteKind.OTHER)
+
+    def lower(self, kernels: "KernelSet") -> LoweredModule:
+        """Build every FoldNode, once, from the walk's facts and what legalization found."""
+        nodes = tuple(_node(site, facts, kernels) for site, facts in zip(self.sites, self.facts))
+        return LoweredModule(nodes, tuple(self.sites), dict(self.functions))
+
+
+def _node(site: CallSite, facts: _Facts, kernels: "KernelSet") -> FoldNode:
+    """One FoldNode: the walk's facts, plus no kernel at all, or a kernel the stock pass would not use."""
+    node_id = site.node_id
+    unfoldable, detail = facts.unfoldable, facts.unfoldable_detail
+    if unfoldable is None and node_id in kernels.unsupported:
+        unfoldable, detail = Reason.UNSUPPORTED, kernels.unsupported[node_id]
+    inputs = facts.inputs
+    unread = kernels.unread_zero_size.get(node_id, ())
+    if unread:
+        inputs = tuple(
+            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp for i, inp in enumerate(inputs)
+        )
+    default_fold, default_rule = facts.default_fold, facts.default_rule
+    if node_id in kernels.not_stock_foldable and default_fold:
+        default_fold, default_rule = False, not_legalized_rule(facts.op, kernels.not_stock_foldable[node_id])
+    return FoldNode(
+        id=node_id,
+        op=facts.op,
+        label=facts.label,
+        function=facts.function,
+        inputs=inputs,
+        outputs=facts.outputs,
+        attrs=facts.attrs,
+        annotation=facts.annotation,
+        unfoldable=unfoldable,
+        unfoldable_detail=detail,
+        default_fold=default_fold,
+        default_rule=default_rule,
+        lowered=site.kind is SiteKind.CALL_TIR,
+    )
 
 
 @dataclass(frozen=True)
@@ -116,22 +194,22 @@ class _Env:
 _OPAQUE = _Env("opaque")  # parameters, match casts, tuples, anything not a constant or a call
 
 
-def lower_relax(mod: tvm.IRModule) -> LoweredModule:
+def walk_relax(mod: tvm.IRModule) -> Walk:
     """Walk every Relax function of ``mod`` and describe each call binding.
 
     ``mod`` is an IRModule the pass has already checked (``_pass._check_module``).
     """
-    lowered = LoweredModule([], [], {})
+    walk = Walk([], [], {})
     for gvar, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
         if not isinstance(func, relax.Function):
             continue
         name = gvar.name_hint
-        lowered.functions[name] = (gvar, func)
-        _lower_function(mod, name, func, lowered)
-    return lowered
+        walk.functions[name] = (gvar, func)
+        _lower_function(mod, name, func, walk)
+    return walk
 
 
-def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: LoweredModule) -> None:
+def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Walk) -> None:
     if not isinstance(func.body, relax.SeqExpr):
         raise PreconditionError(
             f"function {name}: body is a {type(func.body).__name__}, not a SeqExpr; "
@@ -142,7 +220,7 @@ def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Low
 
 
 def _lower_seq(
-    mod: tvm.IRModule, name: str, scope: str, seq: relax.SeqExpr, env: Dict[relax.Var, _Env], out: LoweredModule
+    mod: tvm.IRModule, name: str, scope: str, seq: relax.SeqExpr, env: Dict[relax.Var, _Env], out: Walk
 ) -> None:
     """Describe the bindings of ``seq``, recursing into If branches and nested functions.
 
@@ -223,7 +301,7 @@ def _lower_call(
     in_dataflow: bool,
     env: Dict[relax.Var, _Env],
     node_id: int,
-    out: LoweredModule,
+    out: Walk,
 ) -> CallSite:
     label = _compat.var_name(var)
     op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
@@ -273,35 +351,14 @@ def _lower_call(
         if any(not info.is_static for info in outputs if info.dtype != "shape"):
             unfoldable, detail = Reason.DYNAMIC_SHAPE, f"result type {_compat.type_of(call)} has symbolic dims"
 
-    default_fold, default_rule = True, ""
-    if site.kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE) and not in_dataflow:
-        default_fold, default_rule = False, RULE_DATAFLOW_ONLY
-    elif site.kind in (SiteKind.OP, SiteKind.CALL_TIR) and _is_large_creation(call):
-        default_fold, default_rule = False, RULE_LARGE_CREATION
-
-    site.potentially_constant = all(
-        inp.kind is InputKind.CONSTANT
-        or index in site.zero_size_leaves
-        or (inp.kind is InputKind.NODE and out.sites[inp.source].potentially_constant and out.sites[inp.source].kind is not SiteKind.BARRIER)
-        for index, inp in enumerate(inputs)
-    ) and site.kind is not SiteKind.OTHER
-
-    out.nodes.append(
-        FoldNode(
-            id=node_id,
-            op=display,
-            label=label,
-            function=scope,
-            inputs=tuple(inputs),
-            outputs=outputs,
-            attrs=_attrs_dict(call),
-            annotation=annotation,
-            unfoldable=unfoldable,
-            unfoldable_detail=detail,
-            default_fold=default_fold,
-            default_rule=default_rule,
-            lowered=site.kind is SiteKind.CALL_TIR,
-        )
+    default_fold, default_rule = default_decision(
+        is_operator=site.kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE),
+        is_call_tir=site.kind is SiteKind.CALL_TIR,
+        in_dataflow=in_dataflow,
+        call=call,
+    )
+    out.facts.append(
+        _Facts(display, label, scope, tuple(inputs), outputs, _attrs_dict(call), annotation, unfoldable, detail, default_fold, default_rule)
     )
     return site
 
@@ -381,28 +438,6 @@ def _output_infos(ty) -> Tuple[TensorInfo, ...]:
         else TensorInfo("shape" if isinstance(leaf, _compat.ShapeType) else type(leaf).__name__, None, 0)
         for leaf in _compat.flatten_types(ty)
     )
-
-
-def _contains_tensor(expr: relax.Expr) -> bool:
-    if isinstance(_compat.type_of(expr), _compat.TensorType):
-        return True
-    return isinstance(expr, relax.Tuple) and any(_contains_tensor(f) for f in expr.fields)
-
-
-def _is_large_creation(call: relax.Call) -> bool:
-    """Stock ``ShouldBeFolded``: a call with no tensor argument and a static result > 1024 elements."""
-    ty = _compat.type_of(call)
-    shape = _compat.static_shape(ty)
-    if shape is None:
-        return False
-    elements = 1
-    for dim in shape:
-        if dim is None or dim <= 0:
-            return False  # as stock: symbolic or empty shapes are never "too large"
-        elements *= dim
-    if elements <= STOCK_MAX_CREATION_ELEMENTS:
-        return False
-    return not any(_contains_tensor(arg) for arg in call.args)
 
 
 def _attrs_dict(call: relax.Call) -> Dict[str, object]:

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional
 
 import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
+from .._core.driver import evaluate_until_stable
 from .._core.errors import PlanInvariantError, PreconditionError, UnsupportedIRError
-from .._core.graph import FoldGraph, FoldNode, InputKind, dtype_nbytes
+from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
-from .._core.reasons import Reason
 from .._core.report import FoldReport, FoldResult, StepTimer
 from .._pass_context import PASS_NAME, isolated_pass_context
 from .._serial import serialized
@@ -23,7 +23,7 @@ from . import _compat
 from ._evaluate import evaluate_plan
 from ._kernel_cache import CacheSetting, resolve_cache
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
-from ._lower import LoweredModule, lower_relax
+from ._lower import LoweredModule, walk_relax
 from ._rewrite import rewrite_function
 
 __all__ = ["FoldResult", "fold", "plan", "FoldConstant"]
@@ -45,9 +45,21 @@ def _check_module(mod: object) -> None:
             )
 
 
-def analyse(
-    mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer, *, strict: bool = False
-) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
+@dataclass(frozen=True)
+class Analysis:
+    """The module read for folding: its lowering, the graph the planner decides on, the policy.
+
+    ``kernels`` (Relax only) are the legalized kernels of the calls that could fold.
+    """
+
+    mod: tvm.IRModule
+    lowered: LoweredModule
+    graph: FoldGraph
+    policy: FoldPolicy
+    kernels: KernelSet
+
+
+def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer, *, strict: bool = False) -> Analysis:
     # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
     # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
     _check_module(mod)
@@ -60,29 +72,14 @@ def analyse(
             "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
         )
     # Step 1. Describe every call binding of every Relax function.
-    lowered = lower_relax(mod)
+    walk = walk_relax(mod)
     timer.lap("lower")
     # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
-    kernels = prepare_kernels(mod, lowered.sites)
+    kernels = prepare_kernels(mod, walk.sites, walk.candidates())
     timer.lap("legalize")
-    graph = FoldGraph(tuple(_with_kernel_facts(node, kernels) for node in lowered.nodes))
-    return lowered, kernels, graph, policy
-
-
-def _with_kernel_facts(node: FoldNode, kernels: KernelSet) -> FoldNode:
-    """Add what legalization found: no kernel at all, or a kernel the stock pass would not use."""
-    if node.unfoldable is None and node.id in kernels.unsupported:
-        node = dataclasses.replace(node, unfoldable=Reason.UNSUPPORTED, unfoldable_detail=kernels.unsupported[node.id])
-    if node.id in kernels.unread_zero_size:
-        unread = kernels.unread_zero_size[node.id]
-        inputs = tuple(
-            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp for i, inp in enumerate(node.inputs)
-        )
-        node = dataclasses.replace(node, inputs=inputs)
-    if node.id in kernels.not_stock_foldable and node.default_fold:
-        why = kernels.not_stock_foldable[node.id]
-        node = dataclasses.replace(node, default_fold=False, default_rule=f"relax: {node.op} {why}; stock does not fold it")
-    return node
+    # Step 3. Build the graph's nodes, each once, with what legalization found.
+    lowered = walk.lower(kernels)
+    return Analysis(mod, lowered, FoldGraph(lowered.nodes), policy, kernels)
 
 
 @serialized
@@ -110,8 +107,8 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, max_fold_bytes: O
       main: gv = relax.add: not constant: 'x' is a run-time input
     """
     with isolated_pass_context():
-        _, _, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
-    return plan_folds(graph, resolved)
+        analysis = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
+    return plan_folds(analysis.graph, analysis.policy)
 
 
 @serialized
@@ -162,27 +159,25 @@ def _fold(
     mod: tvm.IRModule, policy: PolicySpec, strict: bool, max_fold_bytes: Optional[int], kernel_cache: CacheSetting
 ) -> FoldResult:
     timer = StepTimer()
-    lowered, kernels, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
-    # Step 3. Plan with the TVM-free core.
-    fold_plan = plan_folds(graph, resolved)
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
+    lowered, kernels, resolved = analysis.lowered, analysis.kernels, analysis.policy
+    # Step 4. Plan with the TVM-free core.
+    fold_plan = plan_folds(analysis.graph, resolved)
     timer.lap("plan")
-    # Step 4. Compile every kernel the plan needs, once.
+    # Step 5. Compile every kernel the plan needs, once.
     needed = [kernels.kernels[d.node] for d in fold_plan.folded if d.node in kernels.kernels]
     library = KernelLibrary(needed, resolve_cache(kernel_cache, KernelLibrary.TARGET) if needed else None)
     library.build()
     timer.lap("compile")
-    # Step 5. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
+    # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
     values: Dict[int, List[tvm.runtime.Tensor]] = {}
-    failures: Dict[int, str] = {}
-    new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values, strict=strict)
-    while new_failures:
-        failures.update(new_failures)
-        fold_plan = plan_folds(graph, resolved, eval_failures=failures)
-        new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values, strict=strict)
+    fold_plan, _ = evaluate_until_stable(
+        fold_plan, resolved, lambda p: evaluate_plan(p, lowered.sites, kernels, library, values, strict=strict)
+    )
     timer.lap("evaluate")
     if strict:
         raise_if_not_possible(fold_plan)
-    # Step 6. Rewrite each function the way the stock pass does.
+    # Step 7. Rewrite each function the way the stock pass does.
     new_mod = _rewrite_module(mod, lowered, fold_plan, values)
     timer.lap("rewrite")
     if strict and not relax.analysis.check_well_formed(new_mod):

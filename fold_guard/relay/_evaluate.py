@@ -22,6 +22,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
+from .._core.driver import has_inputs
 from .._core.errors import PlanInvariantError
 from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan, evaluation_error
@@ -166,8 +167,7 @@ def evaluate_plan(
     for level in _levels(plan, values):
         pending: List[int] = []
         for node_id in level:
-            node = graph.nodes[node_id]
-            if any(inp.kind is InputKind.NODE and inp.source not in values for inp in node.inputs):
+            if not has_inputs(graph.nodes[node_id], values):
                 continue  # an operand failed: the re-plan keeps this node
             if sites[node_id].kind == SiteKind.ALLOW:
                 values[node_id] = materialize(sites[node_id].args[0], values)

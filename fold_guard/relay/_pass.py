@@ -10,6 +10,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, 
 import tvm
 from tvm import relay
 
+from .._core.driver import evaluate_until_stable
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
@@ -154,12 +155,15 @@ def _plan_and_evaluate(
     fold_plan = plan_folds(graph, policy, eval_failures=failures)
     timer.lap("plan")
     values: Values = {node_of[call]: value for call, value in values_by_call.items() if call in node_of}
-    new_failures, runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
-    while new_failures:
-        failures.update(new_failures)
-        fold_plan = plan_folds(graph, policy, eval_failures=failures)
-        new_failures, more_runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
+    runs = 0
+
+    def evaluate(current: FoldPlan) -> Dict[int, str]:
+        nonlocal runs
+        new_failures, more_runs = evaluate_plan(current, lowered.sites, values, strict=strict)
         runs += more_runs
+        return new_failures
+
+    fold_plan, failures = evaluate_until_stable(fold_plan, policy, evaluate, eval_failures=failures)
     values_by_call.update((lowered.sites[node].call, value) for node, value in values.items())
     failures_by_call.update((lowered.sites[node].call, text) for node, text in failures.items())
     timer.lap("evaluate")
