@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 from .errors import PlanInvariantError
 from .reasons import Reason
@@ -29,7 +29,11 @@ __all__ = [
     "FoldGraph",
     "dtype_nbytes",
     "reachable_from_constants",
+    "ModuleT",
 ]
+
+#: The adapter's module type (``tvm.IRModule``) in the results the core defines for adapters.
+ModuleT = TypeVar("ModuleT")
 
 _DTYPE_BITS = {
     "bool": 8,
@@ -131,7 +135,10 @@ class FoldNode:
     call when all its inputs are constant; ``default_rule`` names the stock rule that keeps it
     otherwise (for example ``"relax: ops fold only inside dataflow blocks"``). ``lowered`` marks a
     call that is already a compiled-kernel call (Relax ``call_tir``, as after ``LegalizeOps``):
-    its ``op`` no longer says what it computes.
+    its ``op`` no longer says what it computes. ``type_source`` names the node whose static
+    *type* alone gives this node's value (Relay ``shape_of`` of a statically shaped operand): the
+    node reads no input value, so it has no input for it, but it still counts as consuming that
+    node's output where it matters, i.e. it is kept when that node is a barrier.
     """
 
     id: int
@@ -140,13 +147,14 @@ class FoldNode:
     function: str
     inputs: Tuple[NodeInput, ...]
     outputs: Tuple[TensorInfo, ...]
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, object] = field(default_factory=dict)
     annotation: Annotation = Annotation.NONE
     unfoldable: Optional[Reason] = None
     unfoldable_detail: str = ""
     default_fold: bool = True
     default_rule: str = ""
     lowered: bool = False
+    type_source: Optional[int] = None
 
     @property
     def where(self) -> str:
@@ -173,6 +181,11 @@ class FoldGraph:
                         f"FoldGraph node {node.where} reads node {inp.node}, which does not "
                         "come before it: the graph is not topologically ordered"
                     )
+            if node.type_source is not None and not 0 <= node.type_source < index:
+                raise PlanInvariantError(
+                    f"FoldGraph node {node.where} reads the type of node {node.type_source}, which "
+                    "does not come before it: the graph is not topologically ordered"
+                )
 
     def consumers(self) -> Mapping[int, Tuple[int, ...]]:
         """Map each node id to the ids of the nodes that read it."""
@@ -190,7 +203,9 @@ class FoldGraph:
         ``True`` looks through barriers, for questions about where constant data flows (a
         barrier over a weight still carries a weight).
         """
-        opaque = () if through_barriers else {n.id for n in self.nodes if n.annotation is Annotation.BARRIER}
+        opaque: AbstractSet[int] = frozenset()
+        if not through_barriers:
+            opaque = {node.id for node in self.nodes if node.annotation is Annotation.BARRIER}
         return reachable_from_constants([node.inputs for node in self.nodes], opaque=opaque)
 
 
@@ -212,7 +227,7 @@ def reachable_from_constants(
     >>> sorted(reachable_from_constants([(c,), (NodeInput(InputKind.NODE, "a", t, 0),)], opaque={0}))
     [0]
     """
-    found: set = set()
+    found: Set[int] = set()
     for node_id, node_inputs in enumerate(inputs):
         if all(
             inp.kind is InputKind.CONSTANT

@@ -4,7 +4,8 @@ Precedence, from strongest to weakest: ``fold_barrier`` > ``fold_allow`` > polic
 default. In one forward pass over the topologically ordered nodes:
 
 * a value is *constant* when it is a literal constant or the output of a node that folds;
-* a barrier is always kept and its output is never constant, so nothing downstream folds;
+* a barrier is always kept and its output is never constant, so nothing downstream folds, not
+  even a node whose value only needs the barrier's static type (``FoldNode.type_source``);
 * a node with a non-constant input is kept, with the cause inherited from that input
   (a barrier upstream gives ``KEPT_BY_BARRIER``, a call kept by a rule upstream gives
   ``KEPT_WITH_INPUT`` with that rule and ``root`` naming the kept call, anything else
@@ -236,6 +237,9 @@ def _decide(
         return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, detail)
 
     blocker = _first_non_constant(node, values)
+    if blocker is None and node.type_source is not None and graph.nodes[node.type_source].annotation is Annotation.BARRIER:
+        barrier = graph.nodes[node.type_source]
+        blocker = barrier.label, values[barrier.id]
     if blocker is not None:
         label, cause = blocker
         if cause.reason is Reason.KEPT_BY_BARRIER:

@@ -85,7 +85,7 @@ class CallView:
         return self.node.op
 
     @property
-    def attrs(self) -> Mapping:
+    def attrs(self) -> Mapping[str, object]:
         return self.node.attrs
 
     @property

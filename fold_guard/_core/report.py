@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Dict, Generic, Mapping, Optional, Tuple
 
+from .graph import ModuleT
 from .planner import FoldPlan
-from .summary import format_summary, summarize
+from .summary import Summary, format_summary, summarize
 
 __all__ = ["FoldReport", "FoldResult", "StepTimer"]
 
@@ -48,7 +49,7 @@ class FoldReport:
             ]
         )
 
-    def to_dict(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None) -> Dict[str, Any]:
+    def to_dict(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None) -> Summary:
         """The report as the versioned dictionary of :func:`fold_guard._core.summary.summarize`."""
         before_after = (self.constant_bytes_before, self.constant_bytes_after)
         return summarize(self.plan, layers=layers, constant_bytes=before_after, seconds=self.seconds)
@@ -65,13 +66,13 @@ class FoldReport:
 
 
 @dataclass(frozen=True)
-class FoldResult:
+class FoldResult(Generic[ModuleT]):
     """What an adapter's ``fold`` returns: the new module, whether it differs, the plan and the report.
 
     ``mod`` is the adapter's IR module (a ``tvm.IRModule``); the input module is never changed.
     """
 
-    mod: Any
+    mod: ModuleT
     modified: bool
     plan: FoldPlan
     report: FoldReport

@@ -21,7 +21,7 @@ a constant that feeds a weight and is also returned still feeds only weights.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import FrozenSet, Mapping, Tuple
+from typing import Dict, FrozenSet, Mapping, Tuple
 
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
 
@@ -87,7 +87,7 @@ class GraphUses:
     def weight_feeders(self) -> FrozenSet[int]:
         """Ids of the constant-computed nodes whose value feeds only weights (see module doc)."""
         constant = self.computes_from_constants
-        feeds: dict = {}
+        feeds: Dict[int, bool] = {}
         for node in reversed(self.graph.nodes):
             if node.id not in constant:
                 continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import tvm
 from tvm import relax
@@ -14,6 +14,7 @@ from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
+from ._lower import CallSite
 from ._ops import fold_allow, fold_barrier
 from ._pass import analyse
 
@@ -88,7 +89,7 @@ _FILL_VALUE = {"relax.zeros": 0, "relax.ones": 1}
 class _Annotator(PyExprMutator):
     """Re-emits the placed bindings: ``v = f(fold_barrier(a), ...)``, ``v = fold_allow(f(...))``."""
 
-    def __init__(self, mod: tvm.IRModule, placed: Dict[relax.Var, List[Placement]], sites: list) -> None:
+    def __init__(self, mod: tvm.IRModule, placed: Dict[relax.Var, List[Placement]], sites: Sequence[CallSite]) -> None:
         super().__init__(mod)
         self.placed = placed
         self.sites = sites
@@ -100,9 +101,11 @@ class _Annotator(PyExprMutator):
             return
         value = self.visit_expr(binding.value)
         for placement in self.placed[binding.var]:
-            if placement.annotation is Annotation.BARRIER and placement.operand is None:
+            if placement.annotation is not Annotation.BARRIER:
+                continue
+            if placement.operand is None:
                 value = self._guard_creation(binding.var, value, placement)
-            elif placement.annotation is Annotation.BARRIER:
+            else:
                 operand = self.sites[placement.node].leaves[placement.operand]
                 guarded = self.builder_.emit(fold_barrier(self.visit_expr(operand)), f"{binding.var.name}_operand")
                 value = _replace_argument(value, operand, guarded)

@@ -10,7 +10,7 @@ from tvm import relay
 
 from .._core.annotate import Annotated, placements
 from .._core.errors import PreconditionError
-from .._core.graph import Annotation, FoldGraph
+from .._core.graph import Annotation
 from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, PolicySpec
 from .._core.report import StepTimer
@@ -64,17 +64,17 @@ def annotate(
     if params:
         mod = _bind_params(mod, params)
     analysis = analyse(mod, policy, None, StepTimer())
-    graph = FoldGraph(analysis.lowered.nodes)
+    graph = analysis.graph
     placed = placements(plan_folds(graph, analysis.policy), plan_folds(graph, DEFAULT_POLICY))
     if not placed:
-        return Annotated(analysis.typed, placed, analysis.policy.name)
+        return Annotated(analysis.mod, placed, analysis.policy.name)
     wrap: Dict[relay.Call, Callable[[relay.Expr], relay.Expr]] = {}
     for placement in placed:
         call = analysis.lowered.sites[placement.node].call
         wrap[call] = fold_allow if placement.annotation is Annotation.ALLOW else _guard_first_operand
-    annotated = module_like(analysis.typed, {
+    annotated = module_like(analysis.mod, {
         gvar: substitute_calls(func, wrap) if gvar.name_hint in analysis.lowered.functions else func
-        for gvar, func in analysis.typed.functions.items()
+        for gvar, func in analysis.mod.functions.items()
     })  # fmt: skip
     return Annotated(relay.transform.InferType()(annotated), placed, analysis.policy.name)
 

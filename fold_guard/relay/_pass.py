@@ -19,7 +19,8 @@ from .._core.report import FoldReport, FoldResult, StepTimer
 from .._pass_context import PASS_NAME, isolated_pass_context
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
-from ._lower import LoweredModule, foldable_functions, function_names, is_true, lower_relay, postorder
+from ._lower import LoweredModule, foldable_functions, function_names, lower_relay, postorder
+from ._stock import is_true
 from ._rewrite import remap_global_vars, rewrite_function
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
@@ -121,12 +122,17 @@ def _diagnostics_renderer(render: Callable[[object], None]) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Analysis:
-    """The typed copy of a module, the functions chosen to fold, their lowering and the policy."""
+    """The module read for folding: its lowering, the graph the planner decides on, the policy.
 
-    typed: tvm.IRModule
-    selected: Sequence[Tuple[str, relay.Function]]
+    ``mod`` is the typed copy of the input (Relay types a detached copy, see ``_detached_copy``);
+    ``selected`` (Relay only) are the functions chosen to fold, which a re-lowering reads again.
+    """
+
+    mod: tvm.IRModule
     lowered: LoweredModule
+    graph: FoldGraph
     policy: FoldPolicy
+    selected: Sequence[Tuple[str, relay.Function]]
 
 
 def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: StepTimer) -> Analysis:
@@ -137,7 +143,7 @@ def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iter
     selected = foldable_functions(typed, functions)
     lowered = lower_relay(typed, selected)
     timer.lap("lower")
-    return Analysis(typed, selected, lowered, policy)
+    return Analysis(typed, lowered, FoldGraph(lowered.nodes), policy, selected)
 
 
 def _plan_and_evaluate(
@@ -198,7 +204,7 @@ def plan(
       main: %2 = add: not constant: 'x' is a run-time input
     """
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, StepTimer())
-    return plan_folds(FoldGraph(analysis.lowered.nodes), analysis.policy)
+    return plan_folds(analysis.graph, analysis.policy)
 
 
 @serialized
@@ -238,7 +244,7 @@ def fold(
     """
     timer = StepTimer()
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, timer)
-    typed, lowered = analysis.typed, analysis.lowered
+    typed, lowered = analysis.mod, analysis.lowered
     values_by_call: Dict[relay.Call, relay.Expr] = {}
     failures_by_call: Dict[relay.Call, str] = {}
     known_conditions: Dict[relay.If, bool] = {}

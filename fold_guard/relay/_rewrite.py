@@ -18,8 +18,9 @@ from tvm import relay
 
 from .._core.planner import FoldPlan
 from ._lower import children as expr_children
-from ._lower import is_true, on_device_body, postorder
+from ._lower import on_device_body, postorder
 from ._ops import FOLD_ALLOW_OP
+from ._stock import is_true
 
 __all__ = ["rewrite_function"]
 
