@@ -501,6 +501,33 @@ def test_default_fold_false_is_kept_by_policy_default():
     assert decision(plan, "n").detail == "input s was kept (s = relax.shape_of)"
 
 
+def test_value_from_a_barriers_type_is_kept_by_the_barrier():
+    """
+    b = fold_barrier(x); s = shape_of(b) [value from b's static type, no input]   ==>   s kept
+    t = shape_of(y)      [value from y's static type, y a run-time input]          ==>   t folds
+    """
+    g = G()
+    b = g.barrier(g.runtime("x"), label="b")
+    g.call("shape_of", label="s", outputs=[TensorInfo.of("int32", (1,))], type_of=b)
+    y = g.call("relax.exp", g.runtime("y"), label="y")
+    g.call("shape_of", label="t", outputs=[TensorInfo.of("int32", (1,))], type_of=y)
+    plan = plan_folds(g.build(), DEFAULT_POLICY)
+    assert summary(plan) == {
+        "b": f"KEPT_BY_BARRIER {BARRIER_RULE}",
+        "s": f"KEPT_BY_BARRIER {BARRIER_RULE}",
+        "y": "NOT_CONSTANT",
+        "t": f"FOLDED {DEFAULT_RULE}",
+    }
+    assert decision(plan, "s").detail == "input b is downstream of barrier b"
+    assert decision(plan, "s").root == 0
+
+
+def test_type_source_must_come_first():
+    t = TensorInfo.of("int32", (1,))
+    with pytest.raises(PlanInvariantError, match="reads the type of node 1"):
+        FoldGraph((FoldNode(0, "shape_of", "s", "main", (), (t,), type_source=1), FoldNode(1, "exp", "e", "main", (), (t,))))
+
+
 def test_policy_sees_only_constant_calls():
     """Rules are never asked about a call with a non-constant input."""
     seen = []
