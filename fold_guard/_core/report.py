@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Dict, Generic, Mapping, Optional, Tuple
@@ -10,7 +11,9 @@ from .graph import ModuleT
 from .planner import FoldPlan
 from .summary import Summary, format_summary, summarize
 
-__all__ = ["FoldReport", "FoldResult", "StepTimer"]
+__all__ = ["FoldReport", "FoldResult", "StepTimer", "fold_result"]
+
+logger = logging.getLogger("fold_guard")
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,37 @@ class FoldResult(Generic[ModuleT]):
     modified: bool
     plan: FoldPlan
     report: FoldReport
+
+
+def fold_result(
+    new_mod: ModuleT,
+    plan: FoldPlan,
+    *,
+    modified: bool,
+    implementation: str,
+    timer: "StepTimer",
+    constant_bytes: Tuple[int, int],
+    kernels_compiled: int = 0,
+    kernels_cached: int = 0,
+    evaluation_runs: int = 0,
+) -> FoldResult[ModuleT]:
+    """An adapter's ``fold`` result: the report of ``plan`` and its measurements, logged at INFO.
+
+    The log line is ``<implementation>: <report>``; the report's text is built only when a
+    handler listens at INFO (it walks every decision).
+    """
+    report = FoldReport(
+        plan,
+        constant_bytes_before=constant_bytes[0],
+        constant_bytes_after=constant_bytes[1],
+        kernels_compiled=kernels_compiled,
+        kernels_cached=kernels_cached,
+        seconds=dict(timer.seconds),
+        evaluation_runs=evaluation_runs,
+    )
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s: %s", implementation, report.explain(verbose=False))
+    return FoldResult(new_mod, modified, plan, report)
 
 
 class StepTimer:

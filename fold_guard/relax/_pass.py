@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -12,12 +11,13 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
 from .._core.driver import evaluate_until_stable
-from .._core.errors import PlanInvariantError, PreconditionError, UnsupportedIRError
+from .._core.errors import PlanInvariantError, PreconditionError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
-from .._core.report import FoldReport, FoldResult, StepTimer
-from .._pass_context import PASS_NAME, isolated_pass_context
+from .._core.report import FoldResult, StepTimer, fold_result
+from .._adapter import check_module, fold_constant_pass
+from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from . import _compat
 from ._evaluate import evaluate_plan
@@ -28,21 +28,18 @@ from ._rewrite import rewrite_function
 
 __all__ = ["FoldResult", "fold", "plan", "FoldConstant"]
 
-logger = logging.getLogger("fold_guard")
+#: Who implements the pass, for users who look: its PassInfo carries the stock pass's name.
+IMPLEMENTATION = "fold_guard.relax.FoldConstant"
 
 
 def _check_module(mod: object) -> None:
-    if not isinstance(mod, tvm.IRModule):
-        raise UnsupportedIRError(
-            f"fold_guard.relax expects a tvm.IRModule, got {type(mod).__name__}; "
-            "hint: wrap a Relax function with tvm.IRModule({'main': func})"
-        )
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc)):
-            raise UnsupportedIRError(
-                f"function {gvar.name_hint} is a {type(func).__module__}.{type(func).__name__}, "
-                "which fold_guard.relax cannot read (a Relay module? this release folds Relax only)"
-            )
+    check_module(
+        mod,
+        "fold_guard.relax",
+        (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc),
+        not_module_hint="wrap a Relax function with tvm.IRModule({'main': func})",
+        other_ir_hint=" (a Relay module? this release folds Relax only)",
+    )
 
 
 @dataclass(frozen=True)
@@ -182,18 +179,16 @@ def _fold(
     timer.lap("rewrite")
     if strict and not relax.analysis.check_well_formed(new_mod):
         raise PlanInvariantError("fold_guard produced a module that is not well formed; please report it")
-    report = FoldReport(
+    return fold_result(
+        new_mod,
         fold_plan,
-        constant_bytes_before=_constant_bytes(mod),
-        constant_bytes_after=_constant_bytes(new_mod),
+        modified=not tvm_ffi.structural_equal(new_mod, mod),
+        implementation=IMPLEMENTATION,
+        timer=timer,
+        constant_bytes=(_constant_bytes(mod), _constant_bytes(new_mod)),
         kernels_compiled=library.compiled,
         kernels_cached=library.cached,
-        seconds=dict(timer.seconds),
     )
-    if logger.isEnabledFor(logging.INFO):  # the report's text is built only for a listener
-        logger.info("fold_guard.relax.FoldConstant: %s", report.explain(verbose=False))
-    modified = not tvm_ffi.structural_equal(new_mod, mod)
-    return FoldResult(new_mod, modified, fold_plan, report)
 
 
 def _rewrite_module(mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values) -> tvm.IRModule:
@@ -232,20 +227,6 @@ def _constant_bytes(mod: tvm.IRModule) -> int:
 
 #: Stock ``relax.transform.FoldConstant`` is a function pass at opt_level 0.
 STOCK_OPT_LEVEL = 0
-
-
-@tvm.transform.module_pass(opt_level=STOCK_OPT_LEVEL, name=PASS_NAME)
-class _FoldConstantPass:
-    #: Who implements the pass, for users who look (its PassInfo carries the stock name).
-    implementation = "fold_guard.relax.FoldConstant"
-
-    def __init__(self, policy, strict: bool, kernel_cache: CacheSetting) -> None:
-        self.policy = policy
-        self.strict = strict
-        self.kernel_cache = kernel_cache
-
-    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return fold(mod, policy=self.policy, strict=self.strict, kernel_cache=self.kernel_cache).mod
 
 
 def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
@@ -323,4 +304,11 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     >>> folding.info.name, folding.implementation, folding.policy.name
     ('FoldConstant', 'fold_guard.relax.FoldConstant', 'keep-qdq-weights')
     """
-    return _FoldConstantPass(with_budget(policy, max_fold_bytes), bool(strict), kernel_cache)
+    return fold_constant_pass(
+        fold,
+        opt_level=STOCK_OPT_LEVEL,
+        implementation=IMPLEMENTATION,
+        policy=with_budget(policy, max_fold_bytes),
+        strict=bool(strict),
+        kernel_cache=kernel_cache,
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -15,8 +14,9 @@ from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
-from .._core.report import FoldReport, FoldResult, StepTimer
-from .._pass_context import PASS_NAME, isolated_pass_context
+from .._core.report import FoldResult, StepTimer, fold_result
+from .._adapter import check_module, fold_constant_pass
+from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
 from ._lower import LoweredModule, foldable_functions, function_names, lower_relay, postorder
@@ -25,22 +25,16 @@ from ._rewrite import remap_global_vars, rewrite_function
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
 
-logger = logging.getLogger("fold_guard")
-
 
 def _check_module(mod: object) -> tvm.IRModule:
-    if not isinstance(mod, tvm.IRModule):
-        raise UnsupportedIRError(
-            f"fold_guard.relay expects a tvm.IRModule, got {type(mod).__name__}; "
-            "hint: tvm.IRModule.from_expr(func) wraps a Relay function, and "
-            "fold_guard.relay.fold_function folds one function directly"
-        )
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, (relay.Function, tvm.tir.PrimFunc)):
-            raise UnsupportedIRError(
-                f"function {gvar.name_hint} is a {type(func).__module__}.{type(func).__name__}, which "
-                "fold_guard.relay cannot read; hint: Relax modules go to fold_guard.relax"
-            )
+    check_module(
+        mod,
+        "fold_guard.relay",
+        (relay.Function, tvm.tir.PrimFunc),
+        not_module_hint="tvm.IRModule.from_expr(func) wraps a Relay function, and "
+        "fold_guard.relay.fold_function folds one function directly",
+        other_ir_hint="; hint: Relax modules go to fold_guard.relax",
+    )
     return mod
 
 
@@ -273,17 +267,15 @@ def fold(
     new_mod = _rewrite_module(typed, lowered, fold_plan, values)
     new_mod = _infer_types(new_mod, "fold_guard's output (please report this)", visible=True)
     timer.lap("rewrite")
-    report = FoldReport(
+    return fold_result(
+        new_mod,
         fold_plan,
-        constant_bytes_before=_constant_bytes(typed),
-        constant_bytes_after=_constant_bytes(new_mod),
-        seconds=dict(timer.seconds),
+        modified=not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True),
+        implementation=IMPLEMENTATION,
+        timer=timer,
+        constant_bytes=(_constant_bytes(typed), _constant_bytes(new_mod)),
         evaluation_runs=runs,
     )
-    if logger.isEnabledFor(logging.INFO):  # the report's text is built only for a listener
-        logger.info("%s: %s", IMPLEMENTATION, report.explain(verbose=False))
-    modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
-    return FoldResult(new_mod, modified, fold_plan, report)
 
 
 def fold_function(func: relay.Function, *, policy: PolicySpec = "default", strict: bool = False) -> relay.Function:
@@ -338,18 +330,6 @@ IMPLEMENTATION = "fold_guard.relay.FoldConstant"
 #: PassContext with a lower opt_level skips both alike.
 STOCK_OPT_LEVEL = 2
 
-
-@tvm.transform.module_pass(opt_level=STOCK_OPT_LEVEL, name=PASS_NAME)
-class _FoldConstantPass:
-    implementation = IMPLEMENTATION
-
-    def __init__(self, policy: FoldPolicy, strict: bool, functions: Optional[Tuple[str, ...]]) -> None:
-        self.policy = policy
-        self.strict = strict
-        self.functions = functions
-
-    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return fold(mod, policy=self.policy, strict=self.strict, functions=self.functions).mod
 
 
 def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
@@ -426,5 +406,11 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     >>> folding.info.name, folding.info.opt_level, folding.implementation, folding.policy.name
     ('FoldConstant', 2, 'fold_guard.relay.FoldConstant', 'fold-qnn')
     """
-    names = function_names(functions)
-    return _FoldConstantPass(with_budget(policy, max_fold_bytes), bool(strict), names)
+    return fold_constant_pass(
+        fold,
+        opt_level=STOCK_OPT_LEVEL,
+        implementation=IMPLEMENTATION,
+        policy=with_budget(policy, max_fold_bytes),
+        strict=bool(strict),
+        functions=function_names(functions),
+    )
