@@ -47,9 +47,9 @@ class SiteKind(Enum):
     OTHER = "other"  # anything fold_guard cannot evaluate
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class CallSite:
-    """Adapter-side facts about one node: where it is and how to evaluate it.
+    """The Relax call behind FoldNode ``node_id``: where it is and how to evaluate it.
 
     ``leaves`` are the tensor arguments in node-input order; ``template_args`` are the call's
     arguments with every tensor leaf replaced by its index into ``leaves`` (an ``int``), inline
@@ -58,15 +58,25 @@ class CallSite:
 
     node_id: int
     function: str
-    var: relax.Var
     call: relax.Call
     kind: SiteKind
+    var: relax.Var
     in_dataflow: bool
-    leaves: List[relax.Expr] = field(default_factory=list)
-    leaf_constants: List[Optional[relax.Expr]] = field(default_factory=list)
-    template_args: List[object] = field(default_factory=list)
+    leaves: Tuple[relax.Expr, ...] = ()
+    leaf_constants: Tuple[Optional[relax.Expr], ...] = ()
+    template_args: Tuple[object, ...] = ()
     #: leaves that are run-time tensors of a static zero-size shape (see ``_add_leaf``)
-    zero_size_leaves: List[int] = field(default_factory=list)
+    zero_size_leaves: Tuple[int, ...] = ()
+
+
+@dataclass
+class _Leaves:
+    """The tensor arguments of one call as the walk collects them (see ``_add_leaf``)."""
+
+    inputs: List[NodeInput] = field(default_factory=list)
+    leaves: List[relax.Expr] = field(default_factory=list)
+    constants: List[Optional[relax.Expr]] = field(default_factory=list)
+    zero_size: List[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -305,8 +315,9 @@ def _lower_call(
 ) -> CallSite:
     label = _compat.var_name(var)
     op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
-    site = CallSite(node_id, function, var, call, SiteKind.OTHER, in_dataflow)
-    inputs: List[NodeInput] = []
+    kind = SiteKind.OTHER
+    leaves = _Leaves()
+    template_args: List[object] = []
     unfoldable: Optional[Reason] = None
     detail = ""
     annotation = Annotation.NONE
@@ -315,13 +326,13 @@ def _lower_call(
         unfoldable, detail = Reason.UNSUPPORTED, f"call to {call.op} is not an operator; only operators and call_tir fold"
         display = _callee_name(call.op)
         for arg in call.args:
-            _add_leaf(arg, env, site, inputs)
+            _add_leaf(arg, env, leaves)
     elif op_name == CALL_TIR_OP:
         display = op_name
-        site.kind = SiteKind.CALL_TIR
+        kind = SiteKind.CALL_TIR
         unfoldable, detail = _check_call_tir(mod, call)
         fields = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
-        site.template_args = [_add_leaf(arg, env, site, inputs) for arg in fields]
+        template_args = [_add_leaf(arg, env, leaves) for arg in fields]
         if len(call.args) > 2:
             unfoldable = unfoldable or Reason.DYNAMIC_SHAPE
             detail = detail or "call_tir passes symbolic shape values (tir_vars)"
@@ -329,41 +340,52 @@ def _lower_call(
         display = op_name
         if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
             annotation = Annotation.BARRIER if op_name == FOLD_BARRIER_OP else Annotation.ALLOW
-            site.kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
+            kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
         else:
-            site.kind = SiteKind.OP
+            kind = SiteKind.OP
             op = call.op
             if op_name == TENSOR_TO_SHAPE_OP:
-                site.kind = SiteKind.TENSOR_TO_SHAPE
+                kind = SiteKind.TENSOR_TO_SHAPE
                 arg_ty = _compat.type_of(call.args[0])
                 if not isinstance(arg_ty, _compat.TensorType) or _compat.dtype_of(arg_ty) != "int64":
                     unfoldable, detail = Reason.UNSUPPORTED, "tensor_to_shape folds only from an int64 tensor"
             elif op.get_attr("FLegalize") is None:
-                site.kind = SiteKind.OTHER
+                kind = SiteKind.OTHER
                 unfoldable, detail = Reason.UNSUPPORTED, f"{op_name} has no FLegalize, so it has no TIR kernel to evaluate"
             elif op.get_attr("FPurity") is not None and not bool(op.get_attr("FPurity")):
-                site.kind = SiteKind.OTHER
+                kind = SiteKind.OTHER
                 unfoldable, detail = Reason.IMPURE, f"{op_name} is impure"
-        site.template_args = [_add_leaf(arg, env, site, inputs) for arg in call.args]
+        template_args = [_add_leaf(arg, env, leaves) for arg in call.args]
 
     outputs = _output_infos(_compat.type_of(call))
-    if unfoldable is None and site.kind in (SiteKind.OP, SiteKind.CALL_TIR):
+    if unfoldable is None and kind in (SiteKind.OP, SiteKind.CALL_TIR):
         if any(not info.is_static for info in outputs if info.dtype != "shape"):
             unfoldable, detail = Reason.DYNAMIC_SHAPE, f"result type {_compat.type_of(call)} has symbolic dims"
 
     default_fold, default_rule = default_decision(
-        is_operator=site.kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE),
-        is_call_tir=site.kind is SiteKind.CALL_TIR,
+        is_operator=kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE),
+        is_call_tir=kind is SiteKind.CALL_TIR,
         in_dataflow=in_dataflow,
         call=call,
     )
     out.facts.append(
-        _Facts(display, label, scope, tuple(inputs), outputs, _attrs_dict(call), annotation, unfoldable, detail, default_fold, default_rule)
+        _Facts(display, label, scope, tuple(leaves.inputs), outputs, _attrs_dict(call), annotation, unfoldable, detail, default_fold, default_rule)
     )
-    return site
+    return CallSite(
+        node_id,
+        function,
+        call,
+        kind,
+        var,
+        in_dataflow,
+        tuple(leaves.leaves),
+        tuple(leaves.constants),
+        tuple(template_args),
+        tuple(leaves.zero_size),
+    )
 
 
-def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, inputs: List[NodeInput]) -> object:
+def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], out: _Leaves) -> object:
     """Record ``arg``'s tensors as node inputs; return its template form.
 
     The template form is a leaf index for a tensor, a tuple of template forms for an inline
@@ -372,7 +394,7 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     the stock pass does, a PrimValue, a StringImm, a DataTypeImm).
     """
     if isinstance(arg, relax.Tuple):
-        return tuple(_add_leaf(field_, env, site, inputs) for field_ in arg.fields)
+        return tuple(_add_leaf(field_, env, out) for field_ in arg.fields)
     bound = env.get(arg, _OPAQUE) if isinstance(arg, relax.Var) else None
     if bound is not None and bound.kind == "shape":
         return bound.value
@@ -382,31 +404,31 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     is_tensor = isinstance(ty, _compat.TensorType)
     if bound is None and not is_tensor:
         return arg
-    index = len(site.leaves)
-    site.leaves.append(arg)
+    index = len(out.leaves)
+    out.leaves.append(arg)
     tensor = _tensor_info(ty) if is_tensor else None
     constant = None
     if _compat.is_constant(arg):
         constant = arg
-        inputs.append(NodeInput(InputKind.CONSTANT, "const", tensor))
+        out.inputs.append(NodeInput(InputKind.CONSTANT, "const", tensor))
     elif bound is None:
-        inputs.append(NodeInput(InputKind.RUNTIME, type(arg).__name__, tensor))  # not in ANF
+        out.inputs.append(NodeInput(InputKind.RUNTIME, type(arg).__name__, tensor))  # not in ANF
     elif bound.kind == "const" and is_tensor:
         constant = bound.value
-        inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
+        out.inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
     elif bound.kind == "node" and is_tensor:
-        inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
+        out.inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
     else:
         # parameters, and (as in the stock pass) variables bound to tuples or shapes
-        inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
+        out.inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
         shape = tensor.shape if tensor is not None else None
         if shape is not None and None not in shape and 0 in shape:
             # A zero-size tensor has one possible value, the empty one. Stock folds a call on it
             # when the call's legalized kernel does not read it (``sum`` over a zero-size axis
             # legalizes to ``full(0)``); the kernels tell (``KernelSet.unread_zero_size``).
-            site.zero_size_leaves.append(index)
+            out.zero_size.append(index)
             constant = relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
-    site.leaf_constants.append(constant)
+    out.constants.append(constant)
     return index
 
 

@@ -107,8 +107,8 @@ class CallSite:
     """The Relay call behind FoldNode ``node_id`` and the sources of its arguments."""
 
     node_id: int
-    call: relay.Call
     function: str
+    call: relay.Call
     kind: SiteKind
     args: Tuple[Source, ...]
     static_value: Optional[Tuple[int, ...]] = None  # SHAPE sites: the int32 data (shape or size)
@@ -402,7 +402,7 @@ class _Lowerer:
             type_source=type_source,
         )
         self.nodes.append(node)
-        self.sites.append(CallSite(node_id, call, function, kind, args, static_value))
+        self.sites.append(CallSite(node_id, function, call, kind, args, static_value))
         return NodeSource(node_id)
 
     def _label(self, call: relay.Call, node_id: int) -> str:

@@ -15,11 +15,14 @@ the new ``fold_constant.cc``:
   operand's *type* has a static shape, whatever the operand's value (:func:`static_shape_value`);
 * **functions**: nothing inside a ``Primitive`` function folds, and global functions with a
   ``Compiler``, ``Extern`` or ``SkipOptimization`` attribute are not visited (:func:`is_optimizable`);
-* **If**: the truth of a constant condition is the first byte of its data (:func:`is_true`).
+* **If**: the truth of a constant condition is the first byte of its data (:func:`is_true`);
+* **evaluation**: on the CPU, through Relay's interpreter, for the host (:func:`evaluation_target`).
 """
 
 from __future__ import annotations
 
+import platform
+from functools import lru_cache
 from typing import Callable, Optional, Sequence, Tuple
 
 import tvm
@@ -37,6 +40,7 @@ __all__ = [
     "is_optimizable",
     "is_primitive",
     "is_true",
+    "evaluation_target",
     "static_shape_value",
     "stock_rules",
 ]
@@ -121,3 +125,18 @@ def is_true(constant: relay.Constant) -> bool:
     """The truth of an ``If`` condition as stock reads it: the first byte of the data."""
     data = constant.data.numpy()
     return bool(data.reshape(-1).view("uint8")[0]) if data.size else False
+
+
+@lru_cache(maxsize=None)
+def evaluation_target() -> str:
+    """The CPU target stock FoldConstant evaluates on, so folded constants are bit-identical.
+
+    Upstream stock evaluates on ``llvm``, the LLVM default triple, which is the host's. A build
+    whose LLVM defaults to another architecture (hhb-tvm defaults to riscv64) cannot run that
+    code here, and its stock pass evaluates on ``llvm -mtriple=<host>-unknown-linux`` instead.
+    """
+    machine = platform.machine()
+    default_triple = str(tvm.target.codegen.llvm_get_system_triple())
+    if default_triple.startswith(machine):
+        return "llvm"
+    return f"llvm -mtriple={machine}-unknown-linux"
