@@ -203,35 +203,42 @@ class FoldGraph:
         ``True`` looks through barriers, for questions about where constant data flows (a
         barrier over a weight still carries a weight).
         """
-        opaque: AbstractSet[int] = frozenset()
-        if not through_barriers:
-            opaque = {node.id for node in self.nodes if node.annotation is Annotation.BARRIER}
-        return reachable_from_constants([node.inputs for node in self.nodes], opaque=opaque)
+        nodes = [(node.inputs, node.annotation) for node in self.nodes]
+        return reachable_from_constants(nodes, through_barriers=through_barriers)
 
 
 def reachable_from_constants(
-    inputs: Sequence[Sequence[NodeInput]], *, opaque: AbstractSet[int] = frozenset()
+    nodes: Sequence[Tuple[Sequence[NodeInput], Annotation]],
+    *,
+    through_barriers: bool,
+    opaque: AbstractSet[int] = frozenset(),
 ) -> FrozenSet[int]:
     """Ids of the nodes whose every input is a literal constant or the output of such a node.
 
-    ``inputs[i]`` are the inputs of node ``i`` (topologically ordered, as in a FoldGraph). The
-    output of a node in ``opaque`` is never constant, whatever its inputs; the node itself is
-    still in the result when its inputs are. This is the one definition of "computes from
-    constants"; whether a node *folds* is the planner's (a node can compute from constants and
-    still be kept).
+    ``nodes[i]`` are the inputs and the annotation of node ``i`` (topologically ordered, as in a
+    FoldGraph), so that an adapter can ask before it has built its FoldNodes. Unless
+    ``through_barriers``, a barrier's output is never constant (the planner's rule); neither is
+    the output of a node in ``opaque`` (an adapter's: a call it can never evaluate). A node whose
+    output is not constant is still in the result when its inputs are. This is the one definition
+    of "computes from constants"; whether a node *folds* is the planner's (a node can compute from
+    constants and still be kept).
 
     >>> t = TensorInfo.of("float32", (2,))
     >>> c, x = NodeInput(InputKind.CONSTANT, "c", t), NodeInput(InputKind.RUNTIME, "x", t)
-    >>> sorted(reachable_from_constants([(c,), (NodeInput(InputKind.NODE, "a", t, 0),), (x,)]))
+    >>> a = NodeInput(InputKind.NODE, "a", t, 0)
+    >>> sorted(reachable_from_constants([((c,), Annotation.NONE), ((a,), Annotation.NONE), ((x,), Annotation.NONE)], through_barriers=False))
     [0, 1]
-    >>> sorted(reachable_from_constants([(c,), (NodeInput(InputKind.NODE, "a", t, 0),)], opaque={0}))
+    >>> sorted(reachable_from_constants([((c,), Annotation.BARRIER), ((a,), Annotation.NONE)], through_barriers=False))
     [0]
     """
+    blocked = set(opaque)
+    if not through_barriers:
+        blocked |= {node_id for node_id, (_, annotation) in enumerate(nodes) if annotation is Annotation.BARRIER}
     found: Set[int] = set()
-    for node_id, node_inputs in enumerate(inputs):
+    for node_id, (node_inputs, _) in enumerate(nodes):
         if all(
             inp.kind is InputKind.CONSTANT
-            or (inp.kind is InputKind.NODE and inp.source in found and inp.source not in opaque)
+            or (inp.kind is InputKind.NODE and inp.source in found and inp.source not in blocked)
             for inp in node_inputs
         ):
             found.add(node_id)

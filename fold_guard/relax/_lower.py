@@ -116,21 +116,23 @@ class Walk:
     def candidates(self) -> FrozenSet[int]:
         """The calls that could fold if everything upstream did: the ones worth legalizing.
 
-        Reachability from constants (:func:`~fold_guard._core.graph.reachable_from_constants`),
-        where a zero-size run-time tensor counts as constant (it has one possible value) and the
-        output of a barrier, or of a call fold_guard cannot evaluate at all, does not.
+        Reachability from constants as the planner sees it
+        (:func:`~fold_guard._core.graph.reachable_from_constants`: a barrier's output is not
+        constant), where a zero-size run-time tensor counts as constant (it has one possible
+        value) and the output of a call fold_guard cannot evaluate at all does not.
         """
-        opaque = {
-            site.node_id for site in self.sites if site.kind in (SiteKind.BARRIER, SiteKind.OTHER)
-        }
-        inputs = [
-            tuple(
-                dataclasses.replace(inp, kind=InputKind.CONSTANT) if index in site.zero_size_leaves else inp
-                for index, inp in enumerate(facts.inputs)
+        opaque = {site.node_id for site in self.sites if site.kind is SiteKind.OTHER}
+        nodes = [
+            (
+                tuple(
+                    dataclasses.replace(inp, kind=InputKind.CONSTANT) if index in site.zero_size_leaves else inp
+                    for index, inp in enumerate(facts.inputs)
+                ),
+                facts.annotation,
             )
             for site, facts in zip(self.sites, self.facts)
         ]
-        reachable = reachable_from_constants(inputs, opaque=opaque)
+        reachable = reachable_from_constants(nodes, through_barriers=False, opaque=opaque)
         return frozenset(node_id for node_id in reachable if self.sites[node_id].kind is not SiteKind.OTHER)
 
     def lower(self, kernels: "KernelSet") -> LoweredModule:
