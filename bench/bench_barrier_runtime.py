@@ -3,7 +3,7 @@
 For each QDQ model (weights as fp32 initializers feeding QuantizeLinear, quantized by onnxruntime
 in the run):
 
-* ``barriers``: ``annotate(mod, "qdq-accelerator")`` then fold_guard's ``FoldConstant()``: every
+* ``barriers``: ``annotate(mod, policy="qdq-accelerator")`` then fold_guard's ``FoldConstant()``: every
   weight and bias is ``dequantize(fold_barrier(<int const>))``;
 * ``plain``: ``fold(mod, policy="qdq-accelerator")``: the same folds, no annotations;
 * ``stock``: stock ``relax.transform.FoldConstant()``: the weights folded to fp32 (no Q/DQ left).
@@ -89,7 +89,7 @@ def main() -> int:
         imported = onnx_models.import_relax(model)
         inputs = list(onnx_models.input_feed(model).values())
         variants = {
-            "barriers": fgr.FoldConstant()(fgr.annotate(imported, "qdq-accelerator").mod),
+            "barriers": fgr.FoldConstant()(fgr.annotate(imported, policy="qdq-accelerator").mod),
             "plain": fgr.fold(imported, policy="qdq-accelerator").mod,
             "stock": relax.transform.FoldConstant()(imported),
         }

@@ -138,10 +138,7 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _annotate(model: LoadedModel, spec: PolicyNames) -> Any:
-    adapter = _adapter(model.ir)
-    if model.ir == "relay":
-        return adapter.annotate(model.mod, policy=spec)
-    return adapter.annotate(model.mod, spec)
+    return _adapter(model.ir).annotate(model.mod, policy=spec)
 
 
 def _run_check(model: LoadedModel, after: Any, seed: int, atol: float) -> _check.CheckResult:

@@ -139,7 +139,7 @@ def test_fold_annotate_writes_the_annotated_module(model_files, tmp_path):
     out = tmp_path / "annotated.json"
     result = run("fold", str(model_files["qdq_cnn"]), "-p", "qdq-accelerator", "--annotate", "-o", str(out))
     assert result.returncode == 0, result.stderr
-    expected = fgr.annotate(imported(model_files["qdq_cnn"]), "qdq-accelerator")
+    expected = fgr.annotate(imported(model_files["qdq_cnn"]), policy="qdq-accelerator")
     tvm.ir.assert_structural_equal(tvm.ir.load_json(out.read_text()), expected.mod)
     assert "annotated for policy 'qdq-accelerator': 0 fold_allow, 10 fold_barrier" in result.stdout
     # The annotated file keeps the decisions through a plain default fold.

@@ -3,7 +3,7 @@ stock one under pass management.
 
 The failure this guards against (before ``fold_barrier`` lost its ``FLegalize``)::
 
-    annotate(mod, "qdq-accelerator")  : w = dequantize(fold_barrier(quantize(<fp32>)))
+    annotate(mod, policy="qdq-accelerator"): w = dequantize(fold_barrier(quantize(<fp32>)))
     LegalizeOps                       : w = call_tir(dequantize, (<fp32> -> quantize -> <int8>,))
     stock FoldConstant                : w = <fp32>                 (barrier gone, weight fp32)
 
@@ -127,7 +127,7 @@ def _model(name: str):
     """(import, annotated import, annotated and folded by fold_guard, inputs, reference output)."""
     model = MODELS[name](float_weights=True)
     imported = onnx_models.import_relax(model)
-    annotated = fgr.annotate(imported, "qdq-accelerator").mod
+    annotated = fgr.annotate(imported, policy="qdq-accelerator").mod
     folded = fgr.FoldConstant()(annotated)
     inputs = list(onnx_models.input_feed(model).values())
     reference = onnx_models.run_relax(imported, inputs)
@@ -352,7 +352,7 @@ def test_annotating_before_legalizing_carries_the_policy():
     """The recommended flow: annotate, then any pipeline keeps the policy's decisions."""
     imported = _model("qdq_cnn")[0]
     by_policy = fgr.fold(imported, policy="qdq-accelerator").mod
-    annotated = fgr.annotate(imported, "qdq-accelerator").mod
+    annotated = fgr.annotate(imported, policy="qdq-accelerator").mod
     through_pipeline = PIPELINES["zero"][0](annotated)
     assert Counter(s for s in _tensor_constants(through_pipeline) if s[0] == "int8") == Counter(
         s for s in _tensor_constants(by_policy) if s[0] == "int8"

@@ -190,6 +190,27 @@ def test_barrier_unchanged(before, policy):
     check_before_after(before(), before(), STOCK)
 
 
+def shape_of_barrier() -> tvm.IRModule:
+    x = _x()
+    b = fgr.fold_barrier(x)  # kept: barrier
+    s = relay.shape_of(b)  # kept: stock would fold it from b's static type, but b is a barrier
+    return _module([x], relay.add(relay.cast(s, "float32"), relay.sum(b)))  # kept: not constant
+
+
+def test_shape_of_a_barrier_stays():
+    """
+    b = barrier(x); s = shape_of(b)   ==>   unchanged (the barrier's type is not a constant either)
+    shape_of(x) without the barrier   ==>   folds to [2, 3], as stock folds it
+    """
+    check_before_after(shape_of_barrier(), shape_of_barrier(), STRICT)
+    plan = fgr.plan(shape_of_barrier())
+    assert _decision(plan, "shape_of").reason is Reason.KEPT_BY_BARRIER
+    assert _decision(plan, "shape_of").detail == f"input {_decision(plan, 'fold_barrier').label} is downstream of barrier {_decision(plan, 'fold_barrier').label}"
+    x = _x()
+    plain = _module([x], relay.add(relay.cast(relay.shape_of(x), "float32"), relay.sum(x)))
+    assert _decision(fgr.plan(plain), "shape_of").reason is Reason.FOLDED
+
+
 # ------------------------------------------- the issue's contrast: a plain identity op vs ours
 
 
