@@ -39,15 +39,15 @@ RELAX_TVM: Tuple[int, int] = (0, 27)
 RELAY_ONLY: Tuple[str, ...] = (
     "tests/relay",
     "fold_guard/relay",
-    "fold_guard/testing/relay_byoc.py",
-    "fold_guard/testing/tflite_models.py",
+    "examples/_common/relay_byoc.py",
+    "tests/support/tflite_models.py",
 )
 #: Needs TVM 0.27 (Relax) or the tools only the Relax environment installs from the ``test``
 #: extra: mypy (test_typecheck), codespell (test_codespell), onnxruntime and Relax (test_examples).
 RELAX_ONLY: Tuple[str, ...] = (
     "tests/relax",
     "fold_guard/relax",
-    "fold_guard/testing/relax_byoc.py",
+    "examples/_common/relax_byoc.py",
     "tests/test_typecheck.py",
     "tests/test_codespell.py",
     "tests/test_examples.py",

@@ -3,7 +3,7 @@
 For each QDQ model (weights as fp32 initializers feeding QuantizeLinear, quantized by onnxruntime
 in the run):
 
-* ``barriers``: ``annotate(mod, "qdq-accelerator")`` then fold_guard's ``FoldConstant()``: every
+* ``barriers``: ``annotate(mod, policy="qdq-accelerator")`` then fold_guard's ``FoldConstant()``: every
   weight and bias is ``dequantize(fold_barrier(<int const>))``;
 * ``plain``: ``fold(mod, policy="qdq-accelerator")``: the same folds, no annotations;
 * ``stock``: stock ``relax.transform.FoldConstant()``: the weights folded to fp32 (no Q/DQ left).
@@ -29,10 +29,14 @@ import numpy as np
 import tvm
 from tvm import relax
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+# fold_guard from this checkout, and examples/_common: the QDQ ONNX models and the codegen-input
+# instrument the examples, the benchmarks and the tests share.
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 import fold_guard.relax as fgr  # noqa: E402
-from fold_guard.testing import onnx_models  # noqa: E402
+from _common import onnx_models  # noqa: E402
+from _common.codegen_input import compile_with_codegen_input  # noqa: E402
 
 MODELS = {
     "qdq_cnn": onnx_models.make_qdq_cnn,
@@ -40,16 +44,6 @@ MODELS = {
     "transformer_block": onnx_models.make_transformer_block,
 }
 VIEW_BUILTIN = "vm.builtin.reshape"
-
-
-@tvm.instrument.pass_instrument
-class _CodegenInput:
-    def __init__(self) -> None:
-        self.mod = None
-
-    def run_after_pass(self, mod, info):
-        if any(isinstance(func, relax.Function) for func in mod.functions.values()):
-            self.mod = mod
 
 
 def _storage_bytes_and_views(mod: tvm.IRModule) -> Tuple[int, int]:
@@ -70,10 +64,8 @@ def _storage_bytes_and_views(mod: tvm.IRModule) -> Tuple[int, int]:
 
 
 def _measure(mod: tvm.IRModule, inputs: List[np.ndarray], number: int, repeat: int) -> Dict[str, object]:
-    codegen_input = _CodegenInput()
-    with tvm.transform.PassContext(instruments=[codegen_input]):
-        exe = tvm.compile(mod, target="llvm")
-    storage, views = _storage_bytes_and_views(codegen_input.mod)
+    exe, codegen_input = compile_with_codegen_input(mod)
+    storage, views = _storage_bytes_and_views(codegen_input)
     device = tvm.cpu()
     vm = relax.VirtualMachine(exe, device)
     args = [tvm.runtime.tensor(np.ascontiguousarray(x)) for x in inputs]
@@ -97,7 +89,7 @@ def main() -> int:
         imported = onnx_models.import_relax(model)
         inputs = list(onnx_models.input_feed(model).values())
         variants = {
-            "barriers": fgr.FoldConstant()(fgr.annotate(imported, "qdq-accelerator").mod),
+            "barriers": fgr.FoldConstant()(fgr.annotate(imported, policy="qdq-accelerator").mod),
             "plain": fgr.fold(imported, policy="qdq-accelerator").mod,
             "stock": relax.transform.FoldConstant()(imported),
         }

@@ -10,7 +10,7 @@ For each model, in one process with TVM already imported (best of ``--repeat``):
 - ``total``: the whole command in-process (``fold_guard.cli.main``), for reference; on this noisy
   machine it is not a precise sum.
 
-Models: the examples' QDQ CNN (``fold_guard.testing.onnx_models.make_qdq_cnn``, an ONNX file) and
+Models: the examples' QDQ CNN (``_common.onnx_models.make_qdq_cnn``, an ONNX file) and
 a synthetic Relax module of ``--calls`` calls (blocks of ``dequantize(int8 const) -> matmul ->
 add``, one foldable call in three, as in real CNNs where most calls are "not constant"), saved
 with ``tvm.ir.save_json``. ``--json`` and ``--verbose`` runs show the cost of the full outputs.
@@ -33,6 +33,9 @@ import time
 from typing import Callable, List
 
 import numpy as np
+
+#: examples/_common: the QDQ ONNX models the examples, the benchmarks and the tests share.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 
 
 def synthetic_module(calls: int):
@@ -80,7 +83,7 @@ def main() -> None:
     import fold_guard.relax as fgr
     from fold_guard.cli import main as command
     from fold_guard.cli._load import load_model
-    from fold_guard.testing.onnx_models import make_qdq_cnn
+    from _common.onnx_models import make_qdq_cnn
 
     with tempfile.TemporaryDirectory() as tmp:
         cnn = os.path.join(tmp, "qdq_cnn.onnx")

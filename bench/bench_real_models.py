@@ -35,6 +35,9 @@ from _harness import fold_fields, keep_best, peak_rss_kib, rss_kib, run_worker
 
 import real_models
 
+#: examples/_common: the QDQ ONNX models the examples, the benchmarks and the tests share.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
 IMPLS = ("stock", "cold", "warm", "uncached")
 STEPS = ("lower", "legalize", "plan", "compile", "evaluate", "rewrite")
 #: --quick: the two smallest CNN-like and transformer-like models, int8 form only.
@@ -50,7 +53,7 @@ def worker(args: argparse.Namespace) -> int:
     from tvm import relax
 
     import fold_guard.relax as fgr
-    from fold_guard.testing.onnx_models import import_relax
+    from _common.onnx_models import import_relax
 
     mod = import_relax(onnx.load(args.onnx))
     stock_pass = relax.transform.FoldConstant()  # registry lookup outside the timed region

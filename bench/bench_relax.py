@@ -24,6 +24,9 @@ import time
 import numpy as np
 from _harness import fold_fields, keep_best, peak_rss_kib, rss_kib, run_worker
 
+#: examples/_common: the QDQ ONNX models the examples, the benchmarks and the tests share.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
 IMPLS = ("stock", "ours", "warm")
 DEFAULT_BLOCKS = (25, 50, 100, 200)
 QUICK_BLOCKS = (25, 50)
@@ -85,13 +88,13 @@ def make_synthetic(blocks: int, regime: str, seed: int = SEED):
     return bb.get()
 
 
-#: The QDQ ONNX models of fold_guard.testing.onnx_models (weights as fp32 initializers feeding
+#: The QDQ ONNX models of examples/_common/onnx_models.py (weights as fp32 initializers feeding
 #: QuantizeLinear, as a frontend leaves them), benchmarked after the synthetic ones.
 ONNX_MODELS = ("qdq_cnn", "residual_cnn", "transformer_block")
 
 
 def make_onnx_model(name: str):
-    from fold_guard.testing.onnx_models import MODEL_BUILDERS, import_relax
+    from _common.onnx_models import MODEL_BUILDERS, import_relax
 
     return import_relax(MODEL_BUILDERS[name](0, float_weights=True))
 

@@ -25,6 +25,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from _harness import keep_best, peak_rss_kib, rss_kib, run_worker
 
+#: examples/_common: the QDQ ONNX models the examples, the benchmarks and the tests share.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
 IMPLS = ("stock", "ours")
 DEFAULT_BLOCKS = (25, 50, 100, 200)
 QUICK_BLOCKS = (25, 50)
@@ -163,7 +166,7 @@ def make_zoo(name: str) -> Any:
     return relay.transform.SimplifyInference()(mod)
 
 
-#: The QDQ ONNX models of ``fold_guard.testing.onnx_models`` after FakeQuantizationToInteger.
+#: The QDQ ONNX models of ``_common.onnx_models`` after FakeQuantizationToInteger.
 ONNX_MODELS = ("qdq_cnn", "residual_cnn", "transformer_block")
 
 
@@ -173,7 +176,7 @@ def make_fq2i(name: str) -> Any:
     where every weight is a ``qnn.quantize(<fp32 const>)`` under ``qnn.conv2d`` / ``qnn.dense``."""
     from tvm import relay
 
-    from fold_guard.testing.onnx_models import MODEL_BUILDERS, import_relay
+    from _common.onnx_models import MODEL_BUILDERS, import_relay
 
     mod = import_relay(MODEL_BUILDERS[name](0, float_weights=True))
     return relay.transform.FakeQuantizationToInteger()(mod)

@@ -22,10 +22,10 @@ model; dropout is absent, as in any inference export.
 
 Images are (1, 3, 64, 64) so the input size does not dominate; the weights are full size.
 Attention works on the (sequence, width) matrix with ``Gemm`` projections, as
-``fold_guard.testing.onnx_models.float_transformer_block`` does; there is no attention mask.
+``_common.onnx_models.float_transformer_block`` does; there is no attention mask.
 
 Every model is quantized by the project's one ``quantize_static`` helper
-(``fold_guard.testing.onnx_models._quantize_qdq``: QDQ, per-channel int8 weights, MinMax
+(``_common.onnx_models._quantize_qdq``: QDQ, per-channel int8 weights, MinMax
 calibration), in the two forms a frontend meets: ``int8`` (weights stored as int8 initializers
 behind ``DequantizeLinear``) and ``float_weights`` (fp32 weights feeding ``QuantizeLinear ->
 DequantizeLinear``).
@@ -315,8 +315,8 @@ def build_float(name: str, seed: int = 0, *, scale: int = 1) -> "onnx.ModelProto
 def build_quantized(name: str, form: str, seed: int = 0, *, scale: int = 1) -> "onnx.ModelProto":
     """``build_float(name)`` quantized by onnxruntime in ``form`` (one of :data:`FORMS`)."""
     # The project's one quantize_static call, so these models share every quantizer option with
-    # the test models; it is private to fold_guard.testing, which is fine for a benchmark.
-    from fold_guard.testing.onnx_models import _quantize_qdq
+    # the test models (a private helper of examples/_common/onnx_models.py; fine for a benchmark).
+    from _common.onnx_models import _quantize_qdq
 
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")

@@ -1,7 +1,7 @@
 """The backend path: fold a QDQ model for an accelerator, then partition it with the backend's patterns.
 
 A BYOC backend that runs quantized convs and matmuls (the test backend "qdq_npu" of
-``fold_guard.testing.relax_byoc``) claims ``op(dequantize(x_q), dequantize(<int8 const>)) [+ bias]``
+``_common.relax_byoc``) claims ``op(dequantize(x_q), dequantize(<int8 const>)) [+ bias]``
 with a pattern table (``relax.transform.FuseOpsByPattern`` + ``MergeCompositeFunctions``). The
 reference models, quantized by onnxruntime to QDQ form with their weights stored in float
 (``quantize(<fp32 const>) -> dequantize``), are imported into Relax and taken three ways:
@@ -31,7 +31,7 @@ import tvm
 from tvm import relax
 
 import fold_guard.relax as fgr
-from fold_guard.testing import onnx_models, relax_byoc
+from _common import onnx_models, relax_byoc
 
 T = TypeVar("T")
 POLICY = "qdq-accelerator"

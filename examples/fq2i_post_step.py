@@ -33,8 +33,8 @@ from tvm import relay
 
 import fold_guard.relay as fgr
 from fold_guard import FoldPlan, Reason
-from fold_guard.testing import onnx_models
-from fold_guard.testing.relay_byoc import has_int8_constant_weight, quantized_calls
+from _common import onnx_models
+from _common.relay_byoc import has_int8_constant_weight, quantized_calls
 
 
 def count_calls(mod: tvm.IRModule, op_name: str, *, constant_args: bool = False) -> int:

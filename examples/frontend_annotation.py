@@ -8,7 +8,7 @@ keep_params_in_input=False)`` and then:
 * folded by the **stock** ``relax.transform.FoldConstant``, as a pipeline you do not control would
   do: every ``quantize(fp32 const)`` *and* every ``dequantize`` of a weight or bias folds into an
   fp32 constant, so no QDQ weight pattern is left for a backend;
-* annotated right after the import with ``fold_guard.relax.annotate(mod, "qdq-accelerator")``,
+* annotated right after the import with ``fold_guard.relax.annotate(mod, policy="qdq-accelerator")``,
   which puts ``R.fold_barrier`` on the operand of every weight and bias ``dequantize``, and *then*
   folded by the same stock pass: the weights become int8 constants, and every
   ``dequantize(fold_barrier(<int constant>))`` survives.
@@ -29,7 +29,7 @@ import tvm
 from tvm import relax
 
 import fold_guard.relax as fgr
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 MODELS: List[Tuple[str, Callable]] = [
     ("qdq_cnn", onnx_models.make_qdq_cnn),
@@ -86,7 +86,7 @@ def main() -> None:
         reference = onnx_models.run_relax(mod, inputs)[0]
 
         start = time.perf_counter()
-        annotated = fgr.annotate(mod, "qdq-accelerator")
+        annotated = fgr.annotate(mod, policy="qdq-accelerator")
         annotate_seconds = time.perf_counter() - start
         rows = [
             ("imported", mod),

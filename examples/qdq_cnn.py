@@ -24,7 +24,7 @@ import tvm
 from tvm import relax
 
 import fold_guard.relax as fgr
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 
 def count_constant_calls(mod: tvm.IRModule, op_name: str) -> int:

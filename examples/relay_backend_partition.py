@@ -3,7 +3,7 @@
 The QDQ CNN (ONNX, quantized by onnxruntime, weights left as fp32 initializers feeding
 QuantizeLinear) is imported into Relay and run through ``FakeQuantizationToInteger``; every
 ``qnn.conv2d`` / ``qnn.dense`` weight is then ``qnn.quantize(<fp32 constant>)``. A test backend
-(:mod:`fold_guard.testing.relay_byoc`) partitions it the way a ``partition_for_<backend>`` does:
+(:mod:`_common.relay_byoc`) partitions it the way a ``partition_for_<backend>`` does:
 ``MergeComposite`` with a pattern table of ``qnn.conv2d`` / ``qnn.dense`` with an int8 *constant*
 weight (optional constant bias) followed by ``qnn.requantize``, then ``AnnotateTarget``,
 ``MergeCompilerRegions``, ``PartitionGraph``.
@@ -33,8 +33,8 @@ import numpy as np
 from tvm import relay
 
 import fold_guard.relay as fgr
-from fold_guard.testing import onnx_models
-from fold_guard.testing import relay_byoc as byoc
+from _common import onnx_models
+from _common import relay_byoc as byoc
 
 POLICY = "qdq-accelerator"
 T = TypeVar("T")

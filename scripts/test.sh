@@ -119,12 +119,12 @@ LANE_ARGS=()
 [ "$LANE" = full ] && LANE_ARGS=(-m "")
 
 run_relax() {
-    .venv/bin/python -m pytest tests fold_guard --ignore=tests/relay --ignore=fold_guard/relay \
+    .venv/bin/python -m pytest tests fold_guard examples/_common --ignore=tests/relay --ignore=fold_guard/relay \
         --junitxml="$RESULTS/relax.xml" "${LANE_ARGS[@]}" "$@"
 }
 
 run_relay() {
-    .venv310/bin/python -m pytest tests/core tests/relay fold_guard --ignore=fold_guard/relax \
+    .venv310/bin/python -m pytest tests/core tests/relay tests/support fold_guard examples/_common --ignore=fold_guard/relax \
         --junitxml="$RESULTS/relay.xml" "${LANE_ARGS[@]}" "$@"
 }
 

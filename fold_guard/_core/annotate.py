@@ -21,10 +21,10 @@ IR has none, reports it in :attr:`Annotated.uncarried`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Generic, List, Optional, Tuple
 
 from .errors import PlanInvariantError
-from .graph import Annotation, InputKind, NodeInput
+from .graph import Annotation, InputKind, ModuleT, NodeInput
 from .planner import DEFAULT_RULE, FoldPlan
 from .reasons import Action, Reason
 
@@ -102,10 +102,10 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class Annotated:
+class Annotated(Generic[ModuleT]):
     """What an annotation helper returns: the new module and every annotation it placed."""
 
-    mod: Any
+    mod: ModuleT
     placed: Tuple[Placement, ...]
     policy_name: str
     #: keeps the module cannot carry: a creation call with no operand the IR can put a barrier
@@ -150,7 +150,7 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
     ['main: fold_barrier on w: int8[4] (input 0 of dq = relax.dequantize) [keep-dequantize-of-integer-constant]']
     """
     graph = policy_plan.graph
-    placed = []
+    placed: List[Placement] = []
     for node_id in allow_roots(policy_plan, default_plan):
         node, decision = graph.nodes[node_id], policy_plan.decisions[node_id]
         placed.append(Placement(Annotation.ALLOW, node_id, node.function, node.label, node.op, decision.rule))
@@ -160,10 +160,7 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
             and decision.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET)
             and decision.rule != DEFAULT_RULE
         )
-        inputs_constant = all(
-            inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and policy_plan.folds(inp.source))
-            for inp in node.inputs
-        )
+        inputs_constant = policy_plan.has_constant_inputs(node.id)
         # Not default_plan.folds(node): an allow placed upstream can make the inputs constant
         # only in the annotated module, and the default must not fold the call there either.
         default_would_fold = node.default_fold and node.unfoldable is None
@@ -173,7 +170,11 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
                 operand=0 if node.inputs else None,
                 operand_label=_typed_label(node.inputs[0]) if node.inputs else "",
             ))  # fmt: skip
-    return tuple(sorted(placed, key=lambda p: (p.node, p.annotation is Annotation.BARRIER)))
+
+    def in_node_order(placement: Placement) -> Tuple[int, bool]:
+        return placement.node, placement.annotation is Annotation.BARRIER
+
+    return tuple(sorted(placed, key=in_node_order))
 
 
 def _typed_label(inp: NodeInput) -> str:

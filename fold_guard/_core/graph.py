@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 from .errors import PlanInvariantError
 from .reasons import Reason
@@ -28,7 +28,12 @@ __all__ = [
     "FoldNode",
     "FoldGraph",
     "dtype_nbytes",
+    "reachable_from_constants",
+    "ModuleT",
 ]
+
+#: The adapter's module type (``tvm.IRModule``) in the results the core defines for adapters.
+ModuleT = TypeVar("ModuleT")
 
 _DTYPE_BITS = {
     "bool": 8,
@@ -130,7 +135,10 @@ class FoldNode:
     call when all its inputs are constant; ``default_rule`` names the stock rule that keeps it
     otherwise (for example ``"relax: ops fold only inside dataflow blocks"``). ``lowered`` marks a
     call that is already a compiled-kernel call (Relax ``call_tir``, as after ``LegalizeOps``):
-    its ``op`` no longer says what it computes.
+    its ``op`` no longer says what it computes. ``type_source`` names the node whose static
+    *type* alone gives this node's value (Relay ``shape_of`` of a statically shaped operand): the
+    node reads no input value, so it has no input for it, but it still counts as consuming that
+    node's output where it matters, i.e. it is kept when that node is a barrier.
     """
 
     id: int
@@ -139,13 +147,14 @@ class FoldNode:
     function: str
     inputs: Tuple[NodeInput, ...]
     outputs: Tuple[TensorInfo, ...]
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, object] = field(default_factory=dict)
     annotation: Annotation = Annotation.NONE
     unfoldable: Optional[Reason] = None
     unfoldable_detail: str = ""
     default_fold: bool = True
     default_rule: str = ""
     lowered: bool = False
+    type_source: Optional[int] = None
 
     @property
     def where(self) -> str:
@@ -172,12 +181,65 @@ class FoldGraph:
                         f"FoldGraph node {node.where} reads node {inp.node}, which does not "
                         "come before it: the graph is not topologically ordered"
                     )
+            if node.type_source is not None and not 0 <= node.type_source < index:
+                raise PlanInvariantError(
+                    f"FoldGraph node {node.where} reads the type of node {node.type_source}, which "
+                    "does not come before it: the graph is not topologically ordered"
+                )
 
     def consumers(self) -> Mapping[int, Tuple[int, ...]]:
         """Map each node id to the ids of the nodes that read it."""
-        users: dict = {node.id: [] for node in self.nodes}
+        users: Dict[int, List[int]] = {node.id: [] for node in self.nodes}
         for node in self.nodes:
             for inp in node.inputs:
                 if inp.kind is InputKind.NODE:
                     users[inp.source].append(node.id)
         return {key: tuple(value) for key, value in users.items()}
+
+    def reachable_from_constants(self, *, through_barriers: bool) -> FrozenSet[int]:
+        """The nodes that compute from constants only: see :func:`reachable_from_constants`.
+
+        ``through_barriers=False`` is the planner's view (a barrier's output is never constant);
+        ``True`` looks through barriers, for questions about where constant data flows (a
+        barrier over a weight still carries a weight).
+        """
+        nodes = [(node.inputs, node.annotation) for node in self.nodes]
+        return reachable_from_constants(nodes, through_barriers=through_barriers)
+
+
+def reachable_from_constants(
+    nodes: Sequence[Tuple[Sequence[NodeInput], Annotation]],
+    *,
+    through_barriers: bool,
+    opaque: AbstractSet[int] = frozenset(),
+) -> FrozenSet[int]:
+    """Ids of the nodes whose every input is a literal constant or the output of such a node.
+
+    ``nodes[i]`` are the inputs and the annotation of node ``i`` (topologically ordered, as in a
+    FoldGraph), so that an adapter can ask before it has built its FoldNodes. Unless
+    ``through_barriers``, a barrier's output is never constant (the planner's rule); neither is
+    the output of a node in ``opaque`` (an adapter's: a call it can never evaluate). A node whose
+    output is not constant is still in the result when its inputs are. This is the one definition
+    of "computes from constants"; whether a node *folds* is the planner's (a node can compute from
+    constants and still be kept).
+
+    >>> t = TensorInfo.of("float32", (2,))
+    >>> c, x = NodeInput(InputKind.CONSTANT, "c", t), NodeInput(InputKind.RUNTIME, "x", t)
+    >>> a = NodeInput(InputKind.NODE, "a", t, 0)
+    >>> sorted(reachable_from_constants([((c,), Annotation.NONE), ((a,), Annotation.NONE), ((x,), Annotation.NONE)], through_barriers=False))
+    [0, 1]
+    >>> sorted(reachable_from_constants([((c,), Annotation.BARRIER), ((a,), Annotation.NONE)], through_barriers=False))
+    [0]
+    """
+    blocked = set(opaque)
+    if not through_barriers:
+        blocked |= {node_id for node_id, (_, annotation) in enumerate(nodes) if annotation is Annotation.BARRIER}
+    found: Set[int] = set()
+    for node_id, (node_inputs, _) in enumerate(nodes):
+        if all(
+            inp.kind is InputKind.CONSTANT
+            or (inp.kind is InputKind.NODE and inp.source in found and inp.source not in blocked)
+            for inp in node_inputs
+        ):
+            found.add(node_id)
+    return frozenset(found)

@@ -4,7 +4,8 @@ Precedence, from strongest to weakest: ``fold_barrier`` > ``fold_allow`` > polic
 default. In one forward pass over the topologically ordered nodes:
 
 * a value is *constant* when it is a literal constant or the output of a node that folds;
-* a barrier is always kept and its output is never constant, so nothing downstream folds;
+* a barrier is always kept and its output is never constant, so nothing downstream folds, not
+  even a node whose value only needs the barrier's static type (``FoldNode.type_source``);
 * a node with a non-constant input is kept, with the cause inherited from that input
   (a barrier upstream gives ``KEPT_BY_BARRIER``, a call kept by a rule upstream gives
   ``KEPT_WITH_INPUT`` with that rule and ``root`` naming the kept call, anything else
@@ -92,6 +93,18 @@ class FoldPlan:
     def folds(self, node_id: int) -> bool:
         return self.decisions[node_id].action is Action.FOLD
 
+    def has_constant_inputs(self, node_id: int) -> bool:
+        """Whether every input of the node is a literal constant or a node this plan folds.
+
+        Constant *under this plan*, which is narrower than computing from constants
+        (:meth:`FoldGraph.reachable_from_constants`): a rule that keeps a call upstream makes
+        this false.
+        """
+        return all(
+            inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and self.folds(inp.source))
+            for inp in self.graph.nodes[node_id].inputs
+        )
+
     def count_by_reason(self) -> Dict[Reason, int]:
         counts = Counter(d.reason for d in self.decisions)
         return {reason: counts[reason] for reason in Reason if counts[reason]}
@@ -166,7 +179,8 @@ def plan_folds(
         decisions.append(decision)
         logger.debug("%s/%s: %s", node.function, node.label, decision)
     plan = FoldPlan(graph, tuple(decisions), policy.name)
-    logger.info("%s", plan.explain(verbose=False))
+    if logger.isEnabledFor(logging.INFO):  # explain() walks every decision: not for nothing
+        logger.info("%s", plan.explain(verbose=False))
     return plan
 
 
@@ -223,6 +237,9 @@ def _decide(
         return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, detail)
 
     blocker = _first_non_constant(node, values)
+    if blocker is None and node.type_source is not None and graph.nodes[node.type_source].annotation is Annotation.BARRIER:
+        barrier = graph.nodes[node.type_source]
+        blocker = barrier.label, values[barrier.id]
     if blocker is not None:
         label, cause = blocker
         if cause.reason is Reason.KEPT_BY_BARRIER:
@@ -315,7 +332,7 @@ def _lowered_call_error(node: FoldNode, policy: FoldPolicy) -> PreconditionError
         f"function {node.function}: {node.label} = {node.op} has constant inputs, but the module is "
         f"already lowered (LegalizeOps turned its ops into kernel calls), and policy "
         f"{policy.name!r} decides by op name ({rules}): it cannot tell what this call computes. "
-        "Hint: annotate before lowering (fold_guard.relax.annotate(mod, policy) right after the "
+        "Hint: annotate before lowering (fold_guard.relax.annotate(mod, policy=...) right after the "
         "import writes the policy into the module as fold_barrier / fold_allow, which every later "
         "pipeline keeps), or fold this module under 'default' or a size_guard"
     )

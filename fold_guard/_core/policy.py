@@ -19,6 +19,7 @@ from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple,
 
 from .errors import PolicyRuleError, PreconditionError, UnknownPolicyError
 from .graph import FoldGraph, FoldNode, InputKind, TensorInfo
+from .op_names import OP_TABLES
 from .reasons import Action
 from .uses import GraphUses
 
@@ -50,8 +51,13 @@ __all__ = [
     "policy_registry_scope",
 ]
 
-QUANTIZE_OPS = frozenset({"relax.quantize", "qnn.quantize"})
-DEQUANTIZE_OPS = frozenset({"relax.dequantize", "qnn.dequantize"})
+#: The quantize and dequantize ops of every IR (from :mod:`fold_guard._core.op_names`).
+QUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.quantize)
+DEQUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.dequantize)
+
+
+def _is_quantized_op(op: str) -> bool:
+    return any(table.is_quantized_op(op) for table in OP_TABLES)
 
 #: A fold whose result is more than this many times the bytes of its constant inputs is a
 #: broadcast, tile or creation op in disguise: it trades a cheap run-time op for a big constant.
@@ -85,7 +91,7 @@ class CallView:
         return self.node.op
 
     @property
-    def attrs(self) -> Mapping:
+    def attrs(self) -> Mapping[str, object]:
         return self.node.attrs
 
     @property
@@ -234,15 +240,6 @@ class FoldPolicy:
                 return rule.action, rule
         return None
 
-    def should_fold(self, call: CallView) -> Optional[bool]:
-        """Three-way answer: True (fold), False (keep), None (no opinion: the IR's default)."""
-        verdict = self.decide(call)
-        return None if verdict is None else verdict[0] is Action.FOLD
-
-    def then(self, other: "FoldPolicy") -> "FoldPolicy":
-        """This policy's rules first, then ``other``'s."""
-        return compose(self, other)
-
     def describe(self) -> str:
         lines = [f"{self.name}: {self.description}"]
         lines += [f"  - {rule}" for rule in self.rules] or ["  (no rules: the IR's default decides)"]
@@ -359,7 +356,7 @@ DEFAULT_POLICY = FoldPolicy(
 
 
 def _is_quantized_compute_op(call: CallView) -> bool:
-    return call.op.startswith("qnn.") and call.op not in QUANTIZE_OPS | DEQUANTIZE_OPS
+    return _is_quantized_op(call.op) and call.op not in QUANTIZE_OPS | DEQUANTIZE_OPS
 
 
 _KEEP_DEQUANTIZE_OF_INTEGER = Rule(
@@ -424,7 +421,7 @@ FOLD_QNN_POLICY = FoldPolicy(
             "fold-qnn-ops",
             Action.FOLD,
             "a QNN op with constant inputs is lowered and evaluated, as FoldConstant(fold_qnn=True) does",
-            lambda call: call.op.startswith("qnn."),
+            lambda call: _is_quantized_op(call.op),
         ),
     ),
 )

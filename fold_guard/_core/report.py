@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Dict, Generic, Mapping, Optional, Tuple
 
+from .graph import ModuleT
 from .planner import FoldPlan
-from .summary import format_summary, summarize
+from .summary import Summary, format_summary, summarize
 
-__all__ = ["FoldReport", "FoldResult", "StepTimer"]
+__all__ = ["FoldReport", "FoldResult", "StepTimer", "fold_result"]
+
+logger = logging.getLogger("fold_guard")
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class FoldReport:
             ]
         )
 
-    def to_dict(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None) -> Dict[str, Any]:
+    def to_dict(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None) -> Summary:
         """The report as the versioned dictionary of :func:`fold_guard._core.summary.summarize`."""
         before_after = (self.constant_bytes_before, self.constant_bytes_after)
         return summarize(self.plan, layers=layers, constant_bytes=before_after, seconds=self.seconds)
@@ -65,16 +69,47 @@ class FoldReport:
 
 
 @dataclass(frozen=True)
-class FoldResult:
+class FoldResult(Generic[ModuleT]):
     """What an adapter's ``fold`` returns: the new module, whether it differs, the plan and the report.
 
     ``mod`` is the adapter's IR module (a ``tvm.IRModule``); the input module is never changed.
     """
 
-    mod: Any
+    mod: ModuleT
     modified: bool
     plan: FoldPlan
     report: FoldReport
+
+
+def fold_result(
+    new_mod: ModuleT,
+    plan: FoldPlan,
+    *,
+    modified: bool,
+    implementation: str,
+    timer: "StepTimer",
+    constant_bytes: Tuple[int, int],
+    kernels_compiled: int = 0,
+    kernels_cached: int = 0,
+    evaluation_runs: int = 0,
+) -> FoldResult[ModuleT]:
+    """An adapter's ``fold`` result: the report of ``plan`` and its measurements, logged at INFO.
+
+    The log line is ``<implementation>: <report>``; the report's text is built only when a
+    handler listens at INFO (it walks every decision).
+    """
+    report = FoldReport(
+        plan,
+        constant_bytes_before=constant_bytes[0],
+        constant_bytes_after=constant_bytes[1],
+        kernels_compiled=kernels_compiled,
+        kernels_cached=kernels_cached,
+        seconds=dict(timer.seconds),
+        evaluation_runs=evaluation_runs,
+    )
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s: %s", implementation, report.explain(verbose=False))
+    return FoldResult(new_mod, modified, plan, report)
 
 
 class StepTimer:

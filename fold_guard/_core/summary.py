@@ -19,7 +19,7 @@ Invariant: everything here is derived from the plan; nothing decides anything.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, cast
 
 from .graph import FoldNode, InputKind, TensorInfo
 from .planner import FoldDecision, FoldPlan
@@ -62,7 +62,82 @@ def tensor_text(tensor: Optional[TensorInfo]) -> str:
     return f"{tensor.dtype}[{dims}]"
 
 
-def _tensor_record(tensor: Optional[TensorInfo]) -> Optional[Dict[str, Any]]:
+class TensorRecord(TypedDict):
+    dtype: str
+    shape: Optional[List[Optional[int]]]
+    nbytes: Optional[int]
+
+
+class InputRecord(TypedDict):
+    kind: str
+    label: str
+    node: Optional[int]
+    tensor: Optional[TensorRecord]
+
+
+class DecisionRecord(TypedDict):
+    """One item of the schema's ``decisions``."""
+
+    id: int
+    function: str
+    label: str
+    layer: Optional[str]
+    op: str
+    action: str
+    reason: str
+    reason_text: str
+    rule: str
+    detail: str
+    root: Optional[int]
+    annotation: Optional[str]
+    inputs: List[InputRecord]
+    outputs: List[Optional[TensorRecord]]
+
+
+class Counts(TypedDict):
+    by_action: Dict[str, int]
+    by_reason: Dict[str, int]
+    by_op: Dict[str, Dict[str, int]]
+
+
+class RuleRecord(TypedDict):
+    rule: str
+    folded: int
+    kept: int
+    kept_with_input: int
+    calls: List[str]
+
+
+class FoldRecord(TypedDict):
+    id: int
+    label: str
+    layer: Optional[str]
+    op: str
+    nbytes: int
+    outputs: List[str]
+
+
+class ConstantBytes(TypedDict):
+    before: int
+    after: int
+
+
+class Summary(TypedDict):
+    """The schema's dictionary, as :func:`summarize` returns it (a plain ``dict`` at run time)."""
+
+    schema: str
+    version: int
+    policy: str
+    calls: int
+    counts: Counts
+    rules: List[RuleRecord]
+    largest_folds: List[FoldRecord]
+    constant_bytes: Optional[ConstantBytes]
+    seconds: Dict[str, float]
+    decisions: List[DecisionRecord]
+
+
+def _tensor_record(tensor: Optional[TensorInfo]) -> Optional[TensorRecord]:
     if tensor is None:
         return None
     shape = None if tensor.shape is None else list(tensor.shape)
@@ -73,7 +148,7 @@ def _output_bytes(node: FoldNode) -> int:
     return sum(out.nbytes or 0 for out in node.outputs)
 
 
-def decision_record(node: FoldNode, decision: FoldDecision, layer: Optional[str]) -> Dict[str, Any]:
+def decision_record(node: FoldNode, decision: FoldDecision, layer: Optional[str]) -> DecisionRecord:
     """One decision as a JSON-ready dictionary (the ``decisions`` items of the schema)."""
     return {
         "id": decision.node,
@@ -102,7 +177,7 @@ def summarize(
     layers: Optional[LayerNames] = None,
     constant_bytes: Optional[Tuple[int, int]] = None,
     seconds: Optional[Mapping[str, float]] = None,
-) -> Dict[str, Any]:
+) -> Summary:
     """The plan as the schema's dictionary.
 
     Parameters
@@ -141,7 +216,14 @@ def summarize(
         ops = by_op.setdefault(decision.op, {})
         key = decision.reason.name.lower()
         ops[key] = ops.get(key, 0) + 1
-    largest = sorted(plan.folded, key=lambda d: (-_output_bytes(nodes[d.node]), d.node))[:TOP_FOLDS]
+
+    def by_size(decision: FoldDecision) -> Tuple[int, int]:
+        return -_output_bytes(nodes[decision.node]), decision.node
+
+    def by_count(item: Tuple[str, Dict[str, int]]) -> Tuple[int, str]:
+        return -sum(item[1].values()), item[0]
+
+    largest = sorted(plan.folded, key=by_size)[:TOP_FOLDS]
     return {
         "schema": SCHEMA_NAME,
         "version": SCHEMA_VERSION,
@@ -150,7 +232,7 @@ def summarize(
         "counts": {
             "by_action": {action.value: sum(d.action is action for d in plan.decisions) for action in Action},
             "by_reason": {reason.name.lower(): n for reason, n in plan.count_by_reason().items()},
-            "by_op": dict(sorted(by_op.items(), key=lambda item: (-sum(item[1].values()), item[0]))),
+            "by_op": dict(sorted(by_op.items(), key=by_count)),
         },
         "rules": _rules(plan, layer_of),
         "largest_folds": [
@@ -172,9 +254,9 @@ def summarize(
     }
 
 
-def _rules(plan: FoldPlan, layer_of: Sequence[Optional[str]]) -> List[Dict[str, Any]]:
+def _rules(plan: FoldPlan, layer_of: Sequence[Optional[str]]) -> List[RuleRecord]:
     """Per rule (in first-use order): what it folded or kept itself, and what followed from it."""
-    rules: Dict[str, Dict[str, Any]] = {}
+    rules: Dict[str, RuleRecord] = {}
     for decision in plan.decisions:
         if not decision.rule:
             continue
@@ -187,7 +269,10 @@ def _rules(plan: FoldPlan, layer_of: Sequence[Optional[str]]) -> List[Dict[str, 
             # Not this rule's own verdict: a consequence of one upstream.
             entry["kept_with_input"] += 1
             continue
-        entry["folded" if decision.action is Action.FOLD else "kept"] += 1
+        if decision.action is Action.FOLD:
+            entry["folded"] += 1
+        else:
+            entry["kept"] += 1
         entry["calls"].append(layer_of[decision.node] or decision.label)
     return list(rules.values())
 
@@ -208,7 +293,7 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f", ... ({more} more)" if more > 0 else "")
 
 
-def format_summary(plan: FoldPlan, summary: Mapping[str, Any], *, verbose: bool = False) -> str:
+def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: bool = False) -> str:
     """The grouped text of :func:`summarize`'s ``summary`` of ``plan``; ``verbose`` adds every decision.
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput
@@ -224,6 +309,8 @@ def format_summary(plan: FoldPlan, summary: Mapping[str, Any], *, verbose: bool 
     decisions:
       main/e = relax.exp -> float32[4]: not constant: 'input' is a run-time input
     """
+    # Any mapping in the schema's layout: the command adds its own keys to the dictionary.
+    summary = cast(Summary, report)
     counts = summary["counts"]
     calls = summary["calls"]
     lines = [
@@ -241,7 +328,7 @@ def format_summary(plan: FoldPlan, summary: Mapping[str, Any], *, verbose: bool 
     if summary["rules"]:
         lines.append("rules:")
         for rule in summary["rules"]:
-            own = ", ".join(f"{verb} {rule[verb]}" for verb in ("folded", "kept") if rule[verb]) or "none itself"
+            own = ", ".join(f"{verb} {n}" for verb, n in (("folded", rule["folded"]), ("kept", rule["kept"])) if n) or "none itself"
             follow = f" (+{rule['kept_with_input']} kept because an input was)" if rule["kept_with_input"] else ""
             names = f": {_names(rule['calls'])}" if rule["calls"] else ""
             lines.append(f"  {rule['rule']}: {own}{follow}{names}")

@@ -21,28 +21,22 @@ a constant that feeds a weight and is also returned still feeds only weights.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import FrozenSet, Mapping, Tuple
+from typing import Dict, FrozenSet, Mapping, Tuple
 
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
+from .op_names import OP_TABLES
 
 __all__ = ["WEIGHT_OPS", "BIAS_OPS", "GraphUses", "is_weight_op"]
 
-_WEIGHT_OP_NAMES = frozenset({
-    "conv1d", "conv2d", "conv3d",
-    "conv1d_transpose", "conv2d_transpose", "conv3d_transpose",
-    "contrib_conv2d_NCHWc", "contrib_depthwise_conv2d_NCHWc",
-    "dense", "contrib_dense_pack", "matmul", "batch_matmul",
-})  # fmt: skip
-
-#: Weight ops of both IRs, by full op name (Relax ``relax.nn.conv2d``, ``relax.matmul``; Relay
-#: ``nn.conv2d``, ``nn.dense``; quantized ``qnn.conv2d``, ``qnn.dense``, ...).
-WEIGHT_OPS: FrozenSet[str] = frozenset(
-    f"{prefix}{name}"
-    for name in _WEIGHT_OP_NAMES
-    for prefix in ("relax.", "relax.nn.", "nn.", "qnn.")
-)
-#: Ops whose non-activation operand is a bias when the activation comes from a weight op.
-BIAS_OPS: FrozenSet[str] = frozenset({"nn.bias_add", "relax.add", "add", "qnn.add"})
+#: Weight ops of every IR, by full op name (Relax ``relax.nn.conv2d``, ``relax.matmul``; Relay
+#: ``nn.conv2d``, ``nn.dense``; quantized ``qnn.conv2d``, ``qnn.dense``, ...; see
+#: :mod:`fold_guard._core.op_names`).
+WEIGHT_OPS: FrozenSet[str] = frozenset(name for table in OP_TABLES for name in table.weight)
+#: Ops that take a bias as a later operand (Relay ``nn.bias_add``).
+_BIAS_ADD_OPS: FrozenSet[str] = frozenset(name for table in OP_TABLES for name in table.bias_add)
+#: Ops whose non-activation operand is a bias: the bias-add ops, and the adds whose other operand
+#: is the output of a weight op.
+BIAS_OPS: FrozenSet[str] = _BIAS_ADD_OPS | frozenset(name for table in OP_TABLES for name in table.add)
 
 
 def is_weight_op(op: str) -> bool:
@@ -76,21 +70,18 @@ class GraphUses:
 
     @cached_property
     def computes_from_constants(self) -> FrozenSet[int]:
-        """Nodes whose every input is a literal constant or such a node (annotations included)."""
-        found = set()
-        for node in self.graph.nodes:
-            if all(
-                inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and inp.source in found)
-                for inp in node.inputs
-            ):
-                found.add(node.id)
-        return frozenset(found)
+        """Nodes whose every input is a literal constant or such a node, looking through barriers.
+
+        Through barriers, unlike the planner: a barrier stops folding, not the flow of constant
+        data, and a barrier over a weight still carries a weight.
+        """
+        return self.graph.reachable_from_constants(through_barriers=True)
 
     @cached_property
     def weight_feeders(self) -> FrozenSet[int]:
         """Ids of the constant-computed nodes whose value feeds only weights (see module doc)."""
         constant = self.computes_from_constants
-        feeds: dict = {}
+        feeds: Dict[int, bool] = {}
         for node in reversed(self.graph.nodes):
             if node.id not in constant:
                 continue
@@ -110,7 +101,7 @@ class GraphUses:
             return True
         if user.op not in BIAS_OPS:
             return False
-        if user.op == "nn.bias_add":
+        if user.op in _BIAS_ADD_OPS:
             return any(inp.kind is InputKind.NODE and inp.node == source for inp in user.inputs[1:])
         return any(
             inp.kind is InputKind.NODE and inp.node != source and self._produced_by_weight_op(inp.source)

@@ -138,10 +138,7 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _annotate(model: LoadedModel, spec: PolicyNames) -> Any:
-    adapter = _adapter(model.ir)
-    if model.ir == "relay":
-        return adapter.annotate(model.mod, policy=spec)
-    return adapter.annotate(model.mod, spec)
+    return _adapter(model.ir).annotate(model.mod, policy=spec)
 
 
 def _run_check(model: LoadedModel, after: Any, seed: int, atol: float) -> _check.CheckResult:
@@ -201,18 +198,18 @@ def cmd_policies(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    """Build the examples' QDQ CNN, then inspect it under two policies, as a user would."""
+    """Build a small QDQ CNN, then inspect it under two policies, as a user would."""
     try:
         import onnx
-
-        from ..testing.onnx_models import make_qdq_cnn
     except ImportError as err:
-        raise CliError(f"demo: needs onnx and onnxruntime ({err}); pip install 'fold-guard[examples]'") from err
+        raise CliError(f"demo: needs onnx ({err}); pip install 'fold-guard[examples]'") from err
+    from ._demo import qdq_cnn
+
     with tempfile.TemporaryDirectory(prefix="fold-guard-demo-") as tmp:
         path = os.path.join(tmp, "qdq_cnn.onnx")
         with Progress(["build"], quiet=args.quiet) as progress:
-            progress.step("quantizing a QDQ CNN")
-            onnx.save(make_qdq_cnn(), path)
+            progress.step("building a QDQ CNN")
+            onnx.save(qdq_cnn(), path)
         model = load_model(path)
         for policy in ("default", "keep-qdq-weights"):
             _emit(out, f"$ fold-guard inspect qdq_cnn.onnx --policy {policy}")

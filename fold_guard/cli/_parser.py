@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "--plugin MODULE, which imports MODULE (it calls register_policy).")
     policies.add_argument("--json", action="store_true", help="as JSON (schema fold-guard-policies, version 1)")
 
-    sub.add_parser("demo", parents=[common], help="build the examples' QDQ CNN and inspect it under two policies",
-                   description="Quantize a small CNN with onnxruntime (fixed seeds, no download) and inspect it "
-                               "under default and keep-qdq-weights. Needs onnx and onnxruntime.")
+    sub.add_parser("demo", parents=[common], help="build a small QDQ CNN and inspect it under two policies",
+                   description="Build a small QDQ-quantized CNN with onnx (fixed seeds, no download) and inspect "
+                               "it under default and keep-qdq-weights. Needs onnx.")
     return parser

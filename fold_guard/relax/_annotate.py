@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import tvm
 from tvm import relax
@@ -14,6 +14,7 @@ from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
+from ._lower import CallSite
 from ._ops import fold_allow, fold_barrier
 from ._pass import analyse
 
@@ -21,7 +22,7 @@ __all__ = ["annotate"]
 
 
 @serialized
-def annotate(mod: tvm.IRModule, policy: PolicySpec = "qdq-accelerator") -> Annotated:
+def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> Annotated:
     """Place the annotations that make any later fold follow ``policy``; return them with the module.
 
     Meant for a module fresh from a frontend (``relax.frontend.onnx.from_onnx(model,
@@ -62,7 +63,8 @@ def annotate(mod: tvm.IRModule, policy: PolicySpec = "qdq-accelerator") -> Annot
     >>> [b.value.op.name for b in folded["main"].body.blocks[0].bindings]
     ['relax.fold_barrier', 'relax.dequantize', 'relax.matmul']
     """
-    lowered, _, graph, resolved = analyse(mod, policy, StepTimer())
+    analysis = analyse(mod, policy, StepTimer())
+    lowered, graph, resolved = analysis.lowered, analysis.graph, analysis.policy
     placed = placements(plan_folds(graph, resolved), plan_folds(graph, DEFAULT_POLICY))
     by_function: Dict[str, Dict[relax.Var, List[Placement]]] = {}
     for placement in placed:
@@ -87,7 +89,7 @@ _FILL_VALUE = {"relax.zeros": 0, "relax.ones": 1}
 class _Annotator(PyExprMutator):
     """Re-emits the placed bindings: ``v = f(fold_barrier(a), ...)``, ``v = fold_allow(f(...))``."""
 
-    def __init__(self, mod: tvm.IRModule, placed: Dict[relax.Var, List[Placement]], sites: list) -> None:
+    def __init__(self, mod: tvm.IRModule, placed: Dict[relax.Var, List[Placement]], sites: Sequence[CallSite]) -> None:
         super().__init__(mod)
         self.placed = placed
         self.sites = sites
@@ -99,9 +101,11 @@ class _Annotator(PyExprMutator):
             return
         value = self.visit_expr(binding.value)
         for placement in self.placed[binding.var]:
-            if placement.annotation is Annotation.BARRIER and placement.operand is None:
+            if placement.annotation is not Annotation.BARRIER:
+                continue
+            if placement.operand is None:
                 value = self._guard_creation(binding.var, value, placement)
-            elif placement.annotation is Annotation.BARRIER:
+            else:
                 operand = self.sites[placement.node].leaves[placement.operand]
                 guarded = self.builder_.emit(fold_barrier(self.visit_expr(operand)), f"{binding.var.name}_operand")
                 value = _replace_argument(value, operand, guarded)

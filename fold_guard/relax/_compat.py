@@ -33,6 +33,7 @@ __all__ = [
     "flatten_types",
     "dtype_of",
     "register_errors_with_ffi",
+    "ERROR_NAMESPACE",
 ]
 
 #: Releases the Relax adapter is tested on (major, minor).
@@ -41,19 +42,25 @@ SUPPORTED_TVM: Tuple[Tuple[int, int], ...] = ((0, 27),)
 TVM_VERSION: str = tvm.__version__
 
 
+#: The prefix of the names fold_guard's error classes are registered under with ``tvm_ffi``.
+ERROR_NAMESPACE = "fold_guard"
+
+
 def register_errors_with_ffi() -> None:
     """Let fold_guard's exceptions keep their class when raised inside a pass.
 
     A module pass runs behind TVM's FFI; an exception raised in it comes back to Python by its
     class name, and only names registered with ``tvm_ffi`` map back to their class (otherwise the
-    caller sees a plain RuntimeError).
+    caller sees a plain RuntimeError). They are registered under ``fold_guard.<ClassName>``, so
+    they cannot take the place of another library's error of the same name (``tvm_ffi`` keeps one
+    class per name, process-wide).
     """
     import tvm_ffi
 
     from .. import _core
 
     for name in _core.errors.__all__:
-        tvm_ffi.register_error(name, getattr(_core.errors, name))
+        tvm_ffi.register_error(f"{ERROR_NAMESPACE}.{name}", getattr(_core.errors, name))
 
 
 def check_tvm_version(version: str = TVM_VERSION) -> None:

@@ -7,7 +7,8 @@ from typing import Dict, List, Mapping, Sequence
 import tvm
 from tvm import relax
 
-from .._core.graph import FoldGraph, InputKind
+from .._core.driver import pending
+from .._core.graph import FoldGraph
 from .._core.planner import FoldPlan, evaluation_error
 from . import _compat
 from ._kernels import KernelLibrary, KernelSet
@@ -35,13 +36,9 @@ def evaluate_plan(
     failures: Dict[int, str] = {}
     device = tvm.cpu(0)
     graph: FoldGraph = plan.graph
-    for decision in plan.folded:
-        node_id = decision.node
-        if node_id in values:
-            continue
+    for node in pending(plan, values):
+        node_id = node.id
         site = sites[node_id]
-        if any(inp.kind is InputKind.NODE and inp.source in failures for inp in graph.nodes[node_id].inputs):
-            continue  # the re-plan will keep this node
         leaves = [_leaf_value(site, i, graph, values) for i in range(len(site.leaves))]
         if site.kind is SiteKind.ALLOW:
             values[node_id] = leaves[:1]
@@ -54,7 +51,7 @@ def evaluate_plan(
             failures[node_id] = kernels.unsupported.get(node_id, "no kernel was prepared for this call")
             continue
         outputs = [
-            tvm.runtime.empty(info.shape, info.dtype, device) for info in graph.nodes[node_id].outputs
+            tvm.runtime.empty(info.shape, info.dtype, device) for info in node.outputs
         ]
         args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
         try:
@@ -62,7 +59,6 @@ def evaluate_plan(
         except Exception as err:  # noqa: BLE001 - becomes Reason.EVAL_FAILED; strict re-raises
             failures[node_id] = f"{type(err).__name__}: {err}".splitlines()[0]
             if strict:
-                node = graph.nodes[node_id]
                 raise evaluation_error(node, failures[node_id]) from err
             continue
         values[node_id] = outputs

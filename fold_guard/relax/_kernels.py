@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -31,7 +31,8 @@ from tvm import relax
 
 from . import _compat
 from ._kernel_cache import KernelCache
-from ._lower import CALL_TIR_OP, CallSite, SiteKind, StaticShapeVar
+from ._lower import CallSite, SiteKind, StaticShapeVar
+from ._stock import legalized_call_tir, needs_scalar_decision
 
 __all__ = ["Kernel", "KernelSet", "prepare_kernels", "KernelLibrary", "SHAPE_GENERIC_OPS"]
 
@@ -241,17 +242,9 @@ def _split_by_output_shape(request: _Request, out_ty: object) -> Tuple[List[Call
 
 
 def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Kernel], str]:
-    func = mod[request.name]
-    body = func.body
-    bindings = [b for block in body.blocks for b in block.bindings]
-    if len(bindings) != 1:
-        return None, f"legalizes to {len(bindings)} bindings, not a single TIR call"
-    value = bindings[0].value
-    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == CALL_TIR_OP):
-        kind = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else type(value).__name__
-        return None, f"legalizes to {kind}, not a TIR call"
-    if len(value.args) > 2:
-        return None, "legalized call_tir passes symbolic shape values (tir_vars)"
+    value, why = legalized_call_tir(mod[request.name])
+    if value is None:
+        return None, why
     prim_func = mod[value.args[0]]
     index_of = {param: i for i, param in enumerate(request.params) if param is not None}
     arg_map: List[object] = []
@@ -315,9 +308,8 @@ def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Func
             requests = _static_requests(name, members)
     else:
         requests = _static_requests(name, members)
-    if any(len(shape or ()) == 0 for shape in _shapes(members[0])):
-        # What the legalizer returns depends on scalar operands being constants, not on their
-        # values, so one decision (on the first member's static shapes) serves the whole group.
+    if needs_scalar_decision(_shapes(members[0])):
+        # One decision (on the first member's static shapes) serves the whole group.
         requests.append(_make_request(f"{name}_decision", members, symbolic=False, scalars_as_constants=True))
     return requests
 
@@ -344,12 +336,12 @@ def _read_back(requests: List[Tuple[relax.Function, _Request]], result: KernelSe
     return retries
 
 
-def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite]) -> KernelSet:
-    """Find a kernel for every site that could fold, legalizing once per op signature."""
+def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite], candidates: AbstractSet[int]) -> KernelSet:
+    """Find a kernel for every site in ``candidates`` (those that could fold), legalizing once per op signature."""
     result = KernelSet()
     groups: Dict[Tuple, List[CallSite]] = {}
     for site in sites:
-        if not site.potentially_constant:
+        if site.node_id not in candidates:
             continue
         if site.kind is SiteKind.CALL_TIR:
             prim_func = mod[site.call.args[0]]

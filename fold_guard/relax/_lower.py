@@ -2,44 +2,40 @@
 
 The adapter models the stock ``relax.transform.FoldConstant`` (``src/relax/transform/
 fold_constant.cc``) closely, because under the ``default`` policy our output must be structurally
-equal to its output:
+equal to its output (its rules are stated in :mod:`fold_guard.relax._stock`). An input is
+constant when it is a literal constant, or a variable bound to one (also through aliases), or the
+output of a call that folds; variables bound to tuples, tuple items or match casts are not
+constant, as in the stock pass.
 
-* an input is constant when it is a literal constant, or a variable bound to one (also through
-  aliases), or the output of a call that folds; variables bound to tuples, tuple items or match
-  casts are not constant, as in the stock pass;
-* ``call_tir`` of a module PrimFunc folds in any block; operators fold only inside dataflow
-  blocks, and only when ``LegalizeOps`` turns them into a single ``call_tir``;
-* a creation op (no tensor input) whose result has more than 1024 elements is not folded;
-* a variable bound to a ``ShapeExpr`` is substituted into operator arguments.
+Lowering is two steps, because some facts of a node are only known once its call is legalized
+(whether it has a kernel, whether stock folds what the legalizer returns, which zero-size
+operands the kernel reads): :func:`walk_relax` describes every call binding, the adapter
+legalizes the calls :meth:`Walk.candidates` names, and :meth:`Walk.lower` then builds every
+:class:`FoldNode` once, with those facts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from .._core.errors import PreconditionError, UnsupportedIRError
-from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
+from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo, reachable_from_constants
 from .._core.reasons import Reason
 from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
+from ._stock import CALL_TIR_OP, TENSOR_TO_SHAPE_OP, default_decision, not_legalized_rule
 
-__all__ = ["SiteKind", "CallSite", "LoweredModule", "StaticShapeVar", "lower_relax", "STOCK_MAX_CREATION_ELEMENTS"]
+if TYPE_CHECKING:
+    from ._kernels import KernelSet
 
-#: Stock FoldConstant (``ShouldBeFolded``) leaves creation ops above this many elements alone.
-STOCK_MAX_CREATION_ELEMENTS = 1024
-
-CALL_TIR_OP = "relax.call_tir"
-TENSOR_TO_SHAPE_OP = "relax.tensor_to_shape"
-RULE_DATAFLOW_ONLY = "relax folds operators only inside dataflow blocks (call_tir folds anywhere)"
-RULE_LARGE_CREATION = (
-    f"relax does not fold a creation op whose result has more than {STOCK_MAX_CREATION_ELEMENTS} elements"
-)
+__all__ = ["SiteKind", "CallSite", "LoweredModule", "StaticShapeVar", "Walk", "walk_relax"]
 
 
 class SiteKind(Enum):
@@ -51,9 +47,9 @@ class SiteKind(Enum):
     OTHER = "other"  # anything fold_guard cannot evaluate
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class CallSite:
-    """Adapter-side facts about one node: where it is and how to evaluate it.
+    """The Relax call behind FoldNode ``node_id``: where it is and how to evaluate it.
 
     ``leaves`` are the tensor arguments in node-input order; ``template_args`` are the call's
     arguments with every tensor leaf replaced by its index into ``leaves`` (an ``int``), inline
@@ -62,25 +58,119 @@ class CallSite:
 
     node_id: int
     function: str
-    var: relax.Var
     call: relax.Call
     kind: SiteKind
+    var: relax.Var
     in_dataflow: bool
-    leaves: List[relax.Expr] = field(default_factory=list)
-    leaf_constants: List[Optional[relax.Expr]] = field(default_factory=list)
-    template_args: List[object] = field(default_factory=list)
-    potentially_constant: bool = False
+    leaves: Tuple[relax.Expr, ...] = ()
+    leaf_constants: Tuple[Optional[relax.Expr], ...] = ()
+    template_args: Tuple[object, ...] = ()
     #: leaves that are run-time tensors of a static zero-size shape (see ``_add_leaf``)
-    zero_size_leaves: List[int] = field(default_factory=list)
+    zero_size_leaves: Tuple[int, ...] = ()
 
 
 @dataclass
+class _Leaves:
+    """The tensor arguments of one call as the walk collects them (see ``_add_leaf``)."""
+
+    inputs: List[NodeInput] = field(default_factory=list)
+    leaves: List[relax.Expr] = field(default_factory=list)
+    constants: List[Optional[relax.Expr]] = field(default_factory=list)
+    zero_size: List[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class LoweredModule:
     """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relax functions they came from."""
 
-    nodes: List[FoldNode]
+    nodes: Tuple[FoldNode, ...]
+    sites: Tuple[CallSite, ...]
+    functions: Mapping[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the walk learns of one call; :meth:`Walk.lower` adds the legalizer's facts."""
+
+    op: str
+    label: str
+    function: str
+    inputs: Tuple[NodeInput, ...]
+    outputs: Tuple[TensorInfo, ...]
+    attrs: Mapping[str, object]
+    annotation: Annotation
+    unfoldable: Optional[Reason]
+    unfoldable_detail: str
+    default_fold: bool
+    default_rule: str
+
+
+@dataclass
+class Walk:
+    """Every call binding of a module, described (:func:`walk_relax`); nodes come from :meth:`lower`."""
+
     sites: List[CallSite]
+    facts: List[_Facts]
     functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+
+    def candidates(self) -> FrozenSet[int]:
+        """The calls that could fold if everything upstream did: the ones worth legalizing.
+
+        Reachability from constants as the planner sees it
+        (:func:`~fold_guard._core.graph.reachable_from_constants`: a barrier's output is not
+        constant), where a zero-size run-time tensor counts as constant (it has one possible
+        value) and the output of a call fold_guard cannot evaluate at all does not.
+        """
+        opaque = {site.node_id for site in self.sites if site.kind is SiteKind.OTHER}
+        nodes = [
+            (
+                tuple(
+                    dataclasses.replace(inp, kind=InputKind.CONSTANT) if index in site.zero_size_leaves else inp
+                    for index, inp in enumerate(facts.inputs)
+                ),
+                facts.annotation,
+            )
+            for site, facts in zip(self.sites, self.facts)
+        ]
+        reachable = reachable_from_constants(nodes, through_barriers=False, opaque=opaque)
+        return frozenset(node_id for node_id in reachable if self.sites[node_id].kind is not SiteKind.OTHER)
+
+    def lower(self, kernels: "KernelSet") -> LoweredModule:
+        """Build every FoldNode, once, from the walk's facts and what legalization found."""
+        nodes = tuple(_node(site, facts, kernels) for site, facts in zip(self.sites, self.facts))
+        return LoweredModule(nodes, tuple(self.sites), dict(self.functions))
+
+
+def _node(site: CallSite, facts: _Facts, kernels: "KernelSet") -> FoldNode:
+    """One FoldNode: the walk's facts, plus no kernel at all, or a kernel the stock pass would not use."""
+    node_id = site.node_id
+    unfoldable, detail = facts.unfoldable, facts.unfoldable_detail
+    if unfoldable is None and node_id in kernels.unsupported:
+        unfoldable, detail = Reason.UNSUPPORTED, kernels.unsupported[node_id]
+    inputs = facts.inputs
+    unread = kernels.unread_zero_size.get(node_id, ())
+    if unread:
+        inputs = tuple(
+            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp for i, inp in enumerate(inputs)
+        )
+    default_fold, default_rule = facts.default_fold, facts.default_rule
+    if node_id in kernels.not_stock_foldable and default_fold:
+        default_fold, default_rule = False, not_legalized_rule(facts.op, kernels.not_stock_foldable[node_id])
+    return FoldNode(
+        id=node_id,
+        op=facts.op,
+        label=facts.label,
+        function=facts.function,
+        inputs=inputs,
+        outputs=facts.outputs,
+        attrs=facts.attrs,
+        annotation=facts.annotation,
+        unfoldable=unfoldable,
+        unfoldable_detail=detail,
+        default_fold=default_fold,
+        default_rule=default_rule,
+        lowered=site.kind is SiteKind.CALL_TIR,
+    )
 
 
 @dataclass(frozen=True)
@@ -116,22 +206,22 @@ class _Env:
 _OPAQUE = _Env("opaque")  # parameters, match casts, tuples, anything not a constant or a call
 
 
-def lower_relax(mod: tvm.IRModule) -> LoweredModule:
+def walk_relax(mod: tvm.IRModule) -> Walk:
     """Walk every Relax function of ``mod`` and describe each call binding.
 
     ``mod`` is an IRModule the pass has already checked (``_pass._check_module``).
     """
-    lowered = LoweredModule([], [], {})
+    walk = Walk([], [], {})
     for gvar, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
         if not isinstance(func, relax.Function):
             continue
         name = gvar.name_hint
-        lowered.functions[name] = (gvar, func)
-        _lower_function(mod, name, func, lowered)
-    return lowered
+        walk.functions[name] = (gvar, func)
+        _lower_function(mod, name, func, walk)
+    return walk
 
 
-def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: LoweredModule) -> None:
+def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Walk) -> None:
     if not isinstance(func.body, relax.SeqExpr):
         raise PreconditionError(
             f"function {name}: body is a {type(func.body).__name__}, not a SeqExpr; "
@@ -142,7 +232,7 @@ def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Low
 
 
 def _lower_seq(
-    mod: tvm.IRModule, name: str, scope: str, seq: relax.SeqExpr, env: Dict[relax.Var, _Env], out: LoweredModule
+    mod: tvm.IRModule, name: str, scope: str, seq: relax.SeqExpr, env: Dict[relax.Var, _Env], out: Walk
 ) -> None:
     """Describe the bindings of ``seq``, recursing into If branches and nested functions.
 
@@ -223,12 +313,13 @@ def _lower_call(
     in_dataflow: bool,
     env: Dict[relax.Var, _Env],
     node_id: int,
-    out: LoweredModule,
+    out: Walk,
 ) -> CallSite:
     label = _compat.var_name(var)
     op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
-    site = CallSite(node_id, function, var, call, SiteKind.OTHER, in_dataflow)
-    inputs: List[NodeInput] = []
+    kind = SiteKind.OTHER
+    leaves = _Leaves()
+    template_args: List[object] = []
     unfoldable: Optional[Reason] = None
     detail = ""
     annotation = Annotation.NONE
@@ -237,13 +328,13 @@ def _lower_call(
         unfoldable, detail = Reason.UNSUPPORTED, f"call to {call.op} is not an operator; only operators and call_tir fold"
         display = _callee_name(call.op)
         for arg in call.args:
-            _add_leaf(arg, env, site, inputs)
+            _add_leaf(arg, env, leaves)
     elif op_name == CALL_TIR_OP:
         display = op_name
-        site.kind = SiteKind.CALL_TIR
+        kind = SiteKind.CALL_TIR
         unfoldable, detail = _check_call_tir(mod, call)
         fields = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
-        site.template_args = [_add_leaf(arg, env, site, inputs) for arg in fields]
+        template_args = [_add_leaf(arg, env, leaves) for arg in fields]
         if len(call.args) > 2:
             unfoldable = unfoldable or Reason.DYNAMIC_SHAPE
             detail = detail or "call_tir passes symbolic shape values (tir_vars)"
@@ -251,62 +342,52 @@ def _lower_call(
         display = op_name
         if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
             annotation = Annotation.BARRIER if op_name == FOLD_BARRIER_OP else Annotation.ALLOW
-            site.kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
+            kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
         else:
-            site.kind = SiteKind.OP
+            kind = SiteKind.OP
             op = call.op
             if op_name == TENSOR_TO_SHAPE_OP:
-                site.kind = SiteKind.TENSOR_TO_SHAPE
+                kind = SiteKind.TENSOR_TO_SHAPE
                 arg_ty = _compat.type_of(call.args[0])
                 if not isinstance(arg_ty, _compat.TensorType) or _compat.dtype_of(arg_ty) != "int64":
                     unfoldable, detail = Reason.UNSUPPORTED, "tensor_to_shape folds only from an int64 tensor"
             elif op.get_attr("FLegalize") is None:
-                site.kind = SiteKind.OTHER
+                kind = SiteKind.OTHER
                 unfoldable, detail = Reason.UNSUPPORTED, f"{op_name} has no FLegalize, so it has no TIR kernel to evaluate"
             elif op.get_attr("FPurity") is not None and not bool(op.get_attr("FPurity")):
-                site.kind = SiteKind.OTHER
+                kind = SiteKind.OTHER
                 unfoldable, detail = Reason.IMPURE, f"{op_name} is impure"
-        site.template_args = [_add_leaf(arg, env, site, inputs) for arg in call.args]
+        template_args = [_add_leaf(arg, env, leaves) for arg in call.args]
 
     outputs = _output_infos(_compat.type_of(call))
-    if unfoldable is None and site.kind in (SiteKind.OP, SiteKind.CALL_TIR):
+    if unfoldable is None and kind in (SiteKind.OP, SiteKind.CALL_TIR):
         if any(not info.is_static for info in outputs if info.dtype != "shape"):
             unfoldable, detail = Reason.DYNAMIC_SHAPE, f"result type {_compat.type_of(call)} has symbolic dims"
 
-    default_fold, default_rule = True, ""
-    if site.kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE) and not in_dataflow:
-        default_fold, default_rule = False, RULE_DATAFLOW_ONLY
-    elif site.kind in (SiteKind.OP, SiteKind.CALL_TIR) and _is_large_creation(call):
-        default_fold, default_rule = False, RULE_LARGE_CREATION
-
-    site.potentially_constant = all(
-        inp.kind is InputKind.CONSTANT
-        or index in site.zero_size_leaves
-        or (inp.kind is InputKind.NODE and out.sites[inp.source].potentially_constant and out.sites[inp.source].kind is not SiteKind.BARRIER)
-        for index, inp in enumerate(inputs)
-    ) and site.kind is not SiteKind.OTHER
-
-    out.nodes.append(
-        FoldNode(
-            id=node_id,
-            op=display,
-            label=label,
-            function=scope,
-            inputs=tuple(inputs),
-            outputs=outputs,
-            attrs=_attrs_dict(call),
-            annotation=annotation,
-            unfoldable=unfoldable,
-            unfoldable_detail=detail,
-            default_fold=default_fold,
-            default_rule=default_rule,
-            lowered=site.kind is SiteKind.CALL_TIR,
-        )
+    default_fold, default_rule = default_decision(
+        is_operator=kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE),
+        is_call_tir=kind is SiteKind.CALL_TIR,
+        in_dataflow=in_dataflow,
+        call=call,
     )
-    return site
+    out.facts.append(
+        _Facts(display, label, scope, tuple(leaves.inputs), outputs, _attrs_dict(call), annotation, unfoldable, detail, default_fold, default_rule)
+    )
+    return CallSite(
+        node_id,
+        function,
+        call,
+        kind,
+        var,
+        in_dataflow,
+        tuple(leaves.leaves),
+        tuple(leaves.constants),
+        tuple(template_args),
+        tuple(leaves.zero_size),
+    )
 
 
-def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, inputs: List[NodeInput]) -> object:
+def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], out: _Leaves) -> object:
     """Record ``arg``'s tensors as node inputs; return its template form.
 
     The template form is a leaf index for a tensor, a tuple of template forms for an inline
@@ -315,7 +396,7 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     the stock pass does, a PrimValue, a StringImm, a DataTypeImm).
     """
     if isinstance(arg, relax.Tuple):
-        return tuple(_add_leaf(field_, env, site, inputs) for field_ in arg.fields)
+        return tuple(_add_leaf(field_, env, out) for field_ in arg.fields)
     bound = env.get(arg, _OPAQUE) if isinstance(arg, relax.Var) else None
     if bound is not None and bound.kind == "shape":
         return bound.value
@@ -325,31 +406,31 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], site: CallSite, input
     is_tensor = isinstance(ty, _compat.TensorType)
     if bound is None and not is_tensor:
         return arg
-    index = len(site.leaves)
-    site.leaves.append(arg)
+    index = len(out.leaves)
+    out.leaves.append(arg)
     tensor = _tensor_info(ty) if is_tensor else None
     constant = None
     if _compat.is_constant(arg):
         constant = arg
-        inputs.append(NodeInput(InputKind.CONSTANT, "const", tensor))
+        out.inputs.append(NodeInput(InputKind.CONSTANT, "const", tensor))
     elif bound is None:
-        inputs.append(NodeInput(InputKind.RUNTIME, type(arg).__name__, tensor))  # not in ANF
+        out.inputs.append(NodeInput(InputKind.RUNTIME, type(arg).__name__, tensor))  # not in ANF
     elif bound.kind == "const" and is_tensor:
         constant = bound.value
-        inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
+        out.inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
     elif bound.kind == "node" and is_tensor:
-        inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
+        out.inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
     else:
         # parameters, and (as in the stock pass) variables bound to tuples or shapes
-        inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
+        out.inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
         shape = tensor.shape if tensor is not None else None
         if shape is not None and None not in shape and 0 in shape:
             # A zero-size tensor has one possible value, the empty one. Stock folds a call on it
             # when the call's legalized kernel does not read it (``sum`` over a zero-size axis
             # legalizes to ``full(0)``); the kernels tell (``KernelSet.unread_zero_size``).
-            site.zero_size_leaves.append(index)
+            out.zero_size.append(index)
             constant = relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
-    site.leaf_constants.append(constant)
+    out.constants.append(constant)
     return index
 
 
@@ -381,28 +462,6 @@ def _output_infos(ty) -> Tuple[TensorInfo, ...]:
         else TensorInfo("shape" if isinstance(leaf, _compat.ShapeType) else type(leaf).__name__, None, 0)
         for leaf in _compat.flatten_types(ty)
     )
-
-
-def _contains_tensor(expr: relax.Expr) -> bool:
-    if isinstance(_compat.type_of(expr), _compat.TensorType):
-        return True
-    return isinstance(expr, relax.Tuple) and any(_contains_tensor(f) for f in expr.fields)
-
-
-def _is_large_creation(call: relax.Call) -> bool:
-    """Stock ``ShouldBeFolded``: a call with no tensor argument and a static result > 1024 elements."""
-    ty = _compat.type_of(call)
-    shape = _compat.static_shape(ty)
-    if shape is None:
-        return False
-    elements = 1
-    for dim in shape:
-        if dim is None or dim <= 0:
-            return False  # as stock: symbolic or empty shapes are never "too large"
-        elements *= dim
-    if elements <= STOCK_MAX_CREATION_ELEMENTS:
-        return False
-    return not any(_contains_tensor(arg) for arg in call.args)
 
 
 def _attrs_dict(call: relax.Call) -> Dict[str, object]:

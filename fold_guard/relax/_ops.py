@@ -34,7 +34,6 @@ __all__ = [
     "register_ops",
     "fold_barrier",
     "fold_allow",
-    "is_annotation",
     "non_tensor_operand_error",
 ]
 
@@ -184,7 +183,3 @@ def fold_allow(expr: relax.Expr) -> relax.Call:
     relax.fold_allow
     """
     return _annotate(FOLD_ALLOW_OP, expr)
-
-
-def is_annotation(call: Any, op_name: str) -> bool:
-    return isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == op_name

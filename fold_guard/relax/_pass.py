@@ -2,76 +2,81 @@
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional
 
 import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
-from .._core.errors import PlanInvariantError, PreconditionError, UnsupportedIRError
-from .._core.graph import FoldGraph, FoldNode, InputKind, dtype_nbytes
+from .._core.driver import evaluate_until_stable
+from .._core.errors import PlanInvariantError, PreconditionError
+from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
-from .._core.reasons import Reason
-from .._core.report import FoldReport, FoldResult, StepTimer
-from .._pass_context import PASS_NAME, isolated_pass_context
+from .._core.report import FoldResult, StepTimer, fold_result
+from .._adapter import check_module, fold_constant_pass
+from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from . import _compat
 from ._evaluate import evaluate_plan
 from ._kernel_cache import CacheSetting, resolve_cache
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
-from ._lower import LoweredModule, lower_relax
+from ._lower import LoweredModule, walk_relax
 from ._rewrite import rewrite_function
 
 __all__ = ["FoldResult", "fold", "plan", "FoldConstant"]
 
-logger = logging.getLogger("fold_guard")
+#: Who implements the pass, for users who look: its PassInfo carries the stock pass's name.
+IMPLEMENTATION = "fold_guard.relax.FoldConstant"
 
 
 def _check_module(mod: object) -> None:
-    if not isinstance(mod, tvm.IRModule):
-        raise UnsupportedIRError(
-            f"fold_guard.relax expects a tvm.IRModule, got {type(mod).__name__}; "
-            "hint: wrap a Relax function with tvm.IRModule({'main': func})"
-        )
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc)):
-            raise UnsupportedIRError(
-                f"function {gvar.name_hint} is a {type(func).__module__}.{type(func).__name__}, "
-                "which fold_guard.relax cannot read (a Relay module? this release folds Relax only)"
-            )
+    check_module(
+        mod,
+        "fold_guard.relax",
+        (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc),
+        not_module_hint="wrap a Relax function with tvm.IRModule({'main': func})",
+        other_ir_hint=" (a Relay module? this release folds Relax only)",
+    )
 
 
-def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer) -> Tuple[LoweredModule, KernelSet, FoldGraph, FoldPolicy]:
-    _check_module(mod)  # the TVM release was checked when fold_guard.relax was imported
+@dataclass(frozen=True)
+class Analysis:
+    """The module read for folding: its lowering, the graph the planner decides on, the policy.
+
+    ``kernels`` (Relax only) are the legalized kernels of the calls that could fold.
+    """
+
+    mod: tvm.IRModule
+    lowered: LoweredModule
+    graph: FoldGraph
+    policy: FoldPolicy
+    kernels: KernelSet
+
+
+def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer, *, strict: bool = False) -> Analysis:
+    # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
+    # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
+    _check_module(mod)
     policy = resolve_policy(policy_spec)
+    if strict and not relax.analysis.check_well_formed(mod):
+        # checked up front so the post-condition in ``fold`` can only ever blame fold_guard
+        raise PreconditionError(
+            "the input module is not well formed (strict mode checks fold_guard's output with "
+            "relax.analysis.well_formed, so it needs a well-formed input); "
+            "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
+        )
     # Step 1. Describe every call binding of every Relax function.
-    lowered = lower_relax(mod)
+    walk = walk_relax(mod)
     timer.lap("lower")
     # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
-    kernels = prepare_kernels(mod, lowered.sites)
+    kernels = prepare_kernels(mod, walk.sites, walk.candidates())
     timer.lap("legalize")
-    graph = FoldGraph(tuple(_with_kernel_facts(node, kernels) for node in lowered.nodes))
-    return lowered, kernels, graph, policy
-
-
-def _with_kernel_facts(node: FoldNode, kernels: KernelSet) -> FoldNode:
-    """Add what legalization found: no kernel at all, or a kernel the stock pass would not use."""
-    if node.unfoldable is None and node.id in kernels.unsupported:
-        node = dataclasses.replace(node, unfoldable=Reason.UNSUPPORTED, unfoldable_detail=kernels.unsupported[node.id])
-    if node.id in kernels.unread_zero_size:
-        unread = kernels.unread_zero_size[node.id]
-        inputs = tuple(
-            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp for i, inp in enumerate(node.inputs)
-        )
-        node = dataclasses.replace(node, inputs=inputs)
-    if node.id in kernels.not_stock_foldable and node.default_fold:
-        why = kernels.not_stock_foldable[node.id]
-        node = dataclasses.replace(node, default_fold=False, default_rule=f"relax: {node.op} {why}; stock does not fold it")
-    return node
+    # Step 3. Build the graph's nodes, each once, with what legalization found.
+    lowered = walk.lower(kernels)
+    return Analysis(mod, lowered, FoldGraph(lowered.nodes), policy, kernels)
 
 
 @serialized
@@ -99,8 +104,8 @@ def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, max_fold_bytes: O
       main: gv = relax.add: not constant: 'x' is a run-time input
     """
     with isolated_pass_context():
-        _, _, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
-    return plan_folds(graph, resolved)
+        analysis = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
+    return plan_folds(analysis.graph, analysis.policy)
 
 
 @serialized
@@ -151,49 +156,39 @@ def _fold(
     mod: tvm.IRModule, policy: PolicySpec, strict: bool, max_fold_bytes: Optional[int], kernel_cache: CacheSetting
 ) -> FoldResult:
     timer = StepTimer()
-    lowered, kernels, graph, resolved = analyse(mod, with_budget(policy, max_fold_bytes), timer)
-    if strict and not relax.analysis.check_well_formed(mod):
-        # checked up front so the post-condition below can only ever blame fold_guard
-        raise PreconditionError(
-            "the input module is not well formed (strict mode checks fold_guard's output with "
-            "relax.analysis.well_formed, so it needs a well-formed input); "
-            "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
-        )
-    # Step 3. Plan with the TVM-free core.
-    fold_plan = plan_folds(graph, resolved)
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
+    lowered, kernels, resolved = analysis.lowered, analysis.kernels, analysis.policy
+    # Step 4. Plan with the TVM-free core.
+    fold_plan = plan_folds(analysis.graph, resolved)
     timer.lap("plan")
-    # Step 4. Compile every kernel the plan needs, once.
+    # Step 5. Compile every kernel the plan needs, once.
     needed = [kernels.kernels[d.node] for d in fold_plan.folded if d.node in kernels.kernels]
     library = KernelLibrary(needed, resolve_cache(kernel_cache, KernelLibrary.TARGET) if needed else None)
     library.build()
     timer.lap("compile")
-    # Step 5. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
+    # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
     values: Dict[int, List[tvm.runtime.Tensor]] = {}
-    failures: Dict[int, str] = {}
-    new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values, strict=strict)
-    while new_failures:
-        failures.update(new_failures)
-        fold_plan = plan_folds(graph, resolved, eval_failures=failures)
-        new_failures = evaluate_plan(fold_plan, lowered.sites, kernels, library, values, strict=strict)
+    fold_plan, _ = evaluate_until_stable(
+        fold_plan, resolved, lambda p: evaluate_plan(p, lowered.sites, kernels, library, values, strict=strict)
+    )
     timer.lap("evaluate")
     if strict:
         raise_if_not_possible(fold_plan)
-    # Step 6. Rewrite each function the way the stock pass does.
+    # Step 7. Rewrite each function the way the stock pass does.
     new_mod = _rewrite_module(mod, lowered, fold_plan, values)
     timer.lap("rewrite")
     if strict and not relax.analysis.check_well_formed(new_mod):
         raise PlanInvariantError("fold_guard produced a module that is not well formed; please report it")
-    report = FoldReport(
+    return fold_result(
+        new_mod,
         fold_plan,
-        constant_bytes_before=_constant_bytes(mod),
-        constant_bytes_after=_constant_bytes(new_mod),
+        modified=not tvm_ffi.structural_equal(new_mod, mod),
+        implementation=IMPLEMENTATION,
+        timer=timer,
+        constant_bytes=(_constant_bytes(mod), _constant_bytes(new_mod)),
         kernels_compiled=library.compiled,
         kernels_cached=library.cached,
-        seconds=dict(timer.seconds),
     )
-    logger.info("fold_guard.relax.FoldConstant: %s", report.explain(verbose=False))
-    modified = not tvm_ffi.structural_equal(new_mod, mod)
-    return FoldResult(new_mod, modified, fold_plan, report)
 
 
 def _rewrite_module(mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values) -> tvm.IRModule:
@@ -232,20 +227,6 @@ def _constant_bytes(mod: tvm.IRModule) -> int:
 
 #: Stock ``relax.transform.FoldConstant`` is a function pass at opt_level 0.
 STOCK_OPT_LEVEL = 0
-
-
-@tvm.transform.module_pass(opt_level=STOCK_OPT_LEVEL, name=PASS_NAME)
-class _FoldConstantPass:
-    #: Who implements the pass, for users who look (its PassInfo carries the stock name).
-    implementation = "fold_guard.relax.FoldConstant"
-
-    def __init__(self, policy, strict: bool, kernel_cache: CacheSetting) -> None:
-        self.policy = policy
-        self.strict = strict
-        self.kernel_cache = kernel_cache
-
-    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return fold(mod, policy=self.policy, strict=self.strict, kernel_cache=self.kernel_cache).mod
 
 
 def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
@@ -323,4 +304,11 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     >>> folding.info.name, folding.implementation, folding.policy.name
     ('FoldConstant', 'fold_guard.relax.FoldConstant', 'keep-qdq-weights')
     """
-    return _FoldConstantPass(with_budget(policy, max_fold_bytes), bool(strict), kernel_cache)
+    return fold_constant_pass(
+        fold,
+        opt_level=STOCK_OPT_LEVEL,
+        implementation=IMPLEMENTATION,
+        policy=with_budget(policy, max_fold_bytes),
+        strict=bool(strict),
+        kernel_cache=kernel_cache,
+    )

@@ -1,10 +1,11 @@
 """Apply a plan: replace folded calls by their constants, the way the stock pass rewrites.
 
 The rewrite mirrors stock ``FoldConstant`` so that, under the ``default`` policy, the result is
-structurally equal to it: a folded binding becomes ``v = constant``; every use of a variable bound
-to a constant is replaced by the constant; operator calls (not ``call_tir``) get variables bound
-to ``ShapeExpr`` substituted into their arguments; finally ``remove_all_unused`` drops dead
-bindings of every function, whether or not anything folded in it.
+structurally equal to it (the rules are listed in :mod:`fold_guard.relax._stock`): a folded
+binding becomes ``v = constant``; every use of a variable bound to a constant is replaced by the
+constant; operator calls get variables bound to ``ShapeExpr`` substituted into their arguments
+where stock does it; finally ``remove_all_unused`` drops dead bindings of every function, whether
+or not anything folded in it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from . import _compat
-from ._lower import CALL_TIR_OP, _is_large_creation
+from ._stock import substitutes_shape_arguments
 
 __all__ = ["rewrite_function"]
 
@@ -52,9 +53,7 @@ class _FoldRewriter(PyExprMutator):
         post = super().visit_call_(call)
         if binding_var is not None and binding_var in self.replacements:
             return self.replacements[binding_var]
-        if not isinstance(post, relax.Call) or not isinstance(post.op, tvm.ir.Op):
-            return post
-        if post.op.name == CALL_TIR_OP or _is_large_creation(post):
+        if not isinstance(post, relax.Call) or not substitutes_shape_arguments(post):
             return post
         new_args: List[relax.Expr] = []
         changed = False

@@ -12,7 +12,7 @@ Public surface:
 - ``fold_function(func, *, policy="default", strict=False) -> relay.Function`` for one function
   as a ``relay.ext.<codegen>`` hook receives it (``Compiler`` attribute included)
 - ``fold_barrier(expr)`` / ``fold_allow(expr)``
-- ``annotate(mod, params=None, *, policy="qdq-accelerator") -> Annotated``: bind a frontend's
+- ``annotate(mod, *, policy="qdq-accelerator", params=None) -> Annotated``: bind a frontend's
   params and place the ``fold_allow`` / ``fold_barrier`` that make any later fold follow
   ``policy``; ``.mod`` is the new module, ``.placed`` what was placed
 - ``allow_constant_qnn(mod) -> IRModule``: wrap the constant QNN subgraphs

@@ -10,7 +10,7 @@ from tvm import relay
 
 from .._core.annotate import Annotated, placements
 from .._core.errors import PreconditionError
-from .._core.graph import Annotation, FoldGraph
+from .._core.graph import Annotation
 from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, PolicySpec
 from .._core.report import StepTimer
@@ -25,9 +25,9 @@ __all__ = ["annotate", "allow_constant_qnn"]
 @serialized
 def annotate(
     mod: tvm.IRModule,
-    params: Optional[Mapping[str, object]] = None,
     *,
     policy: PolicySpec = "qdq-accelerator",
+    params: Optional[Mapping[str, object]] = None,
 ) -> Annotated:
     """Place the annotations that make any later fold follow ``policy``; return them with the module.
 
@@ -56,7 +56,7 @@ def annotate(
     >>> w_q = relay.qnn.op.quantize(w, relay.const(0.05), relay.const(0), out_dtype="int8")
     >>> w_dq = relay.qnn.op.dequantize(w_q, relay.const(0.05), relay.const(0))
     >>> mod = tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.dense(x, w_dq)))
-    >>> annotated = fgr.annotate(mod, {"w": np.ones((4, 4), "float32")})
+    >>> annotated = fgr.annotate(mod, params={"w": np.ones((4, 4), "float32")})
     >>> print(annotated.explain())
     annotated for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier
       main: fold_allow around %0 = qnn.quantize [fold-quantize-of-constant]
@@ -64,17 +64,17 @@ def annotate(
     if params:
         mod = _bind_params(mod, params)
     analysis = analyse(mod, policy, None, StepTimer())
-    graph = FoldGraph(analysis.lowered.nodes)
+    graph = analysis.graph
     placed = placements(plan_folds(graph, analysis.policy), plan_folds(graph, DEFAULT_POLICY))
     if not placed:
-        return Annotated(analysis.typed, placed, analysis.policy.name)
+        return Annotated(analysis.mod, placed, analysis.policy.name)
     wrap: Dict[relay.Call, Callable[[relay.Expr], relay.Expr]] = {}
     for placement in placed:
         call = analysis.lowered.sites[placement.node].call
         wrap[call] = fold_allow if placement.annotation is Annotation.ALLOW else _guard_first_operand
-    annotated = module_like(analysis.typed, {
+    annotated = module_like(analysis.mod, {
         gvar: substitute_calls(func, wrap) if gvar.name_hint in analysis.lowered.functions else func
-        for gvar, func in analysis.typed.functions.items()
+        for gvar, func in analysis.mod.functions.items()
     })  # fmt: skip
     return Annotated(relay.transform.InferType()(annotated), placed, analysis.policy.name)
 
@@ -117,7 +117,7 @@ def _guard_first_operand(call: relay.Call) -> relay.Call:
 
 def _bind_params(mod: tvm.IRModule, params: Mapping[str, object]) -> tvm.IRModule:
     if "main" not in [gvar.name_hint for gvar in mod.get_global_vars()]:
-        raise PreconditionError("annotate(mod, params) binds params into 'main', but the module has no 'main'")
+        raise PreconditionError("annotate(mod, params=...) binds params into 'main', but the module has no 'main'")
     names = {param.name_hint for param in mod["main"].params}
     unknown = sorted(set(params) - names)
     if unknown:

@@ -14,39 +14,24 @@ length of the longest chain of folded calls below it.
 
 from __future__ import annotations
 
-import platform
-from functools import lru_cache
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 import tvm
 from tvm import relay
 
+from .._core.driver import has_inputs
 from .._core.errors import PlanInvariantError
 from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan, evaluation_error
 from ._lower import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
+from ._stock import NDARRAY_SIZE_OP, evaluation_target
 
 __all__ = ["Values", "evaluate_plan", "evaluation_target", "materialize"]
 
 #: node id -> the folded value: a ``relay.Constant``, or a ``relay.Tuple`` of them for tuple results.
 Values = Dict[int, relay.Expr]
 
-
-
-@lru_cache(maxsize=None)
-def evaluation_target() -> str:
-    """The CPU target stock FoldConstant evaluates on, so folded constants are bit-identical.
-
-    Upstream stock evaluates on ``llvm``, the LLVM default triple, which is the host's. A build
-    whose LLVM defaults to another architecture (hhb-tvm defaults to riscv64) cannot run that
-    code here, and its stock pass evaluates on ``llvm -mtriple=<host>-unknown-linux`` instead.
-    """
-    machine = platform.machine()
-    default_triple = str(tvm.target.codegen.llvm_get_system_triple())
-    if default_triple.startswith(machine):
-        return "llvm"
-    return f"llvm -mtriple={machine}-unknown-linux"
 
 
 def materialize(source: Source, values: Mapping[int, relay.Expr]) -> relay.Expr:
@@ -86,7 +71,7 @@ def _run(exprs: Sequence[relay.Expr]) -> List[relay.Expr]:
 def _expression(site: CallSite, values: Mapping[int, relay.Expr]) -> relay.Expr:
     if site.kind == SiteKind.SHAPE:
         assert site.static_value is not None
-        is_size = site.call.op.name == "ndarray_size"
+        is_size = site.call.op.name == NDARRAY_SIZE_OP
         data = np.array(site.static_value[0] if is_size else site.static_value, dtype="int32")
         return relay.cast(relay.const(data, "int32"), str(site.call.attrs.dtype))
     call = site.call
@@ -166,8 +151,7 @@ def evaluate_plan(
     for level in _levels(plan, values):
         pending: List[int] = []
         for node_id in level:
-            node = graph.nodes[node_id]
-            if any(inp.kind is InputKind.NODE and inp.source not in values for inp in node.inputs):
+            if not has_inputs(graph.nodes[node_id], values):
                 continue  # an operand failed: the re-plan keeps this node
             if sites[node_id].kind == SiteKind.ALLOW:
                 values[node_id] = materialize(sites[node_id].args[0], values)

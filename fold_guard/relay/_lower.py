@@ -27,6 +27,7 @@ limit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
@@ -36,6 +37,7 @@ from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
 from .._core.reasons import Reason
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+from ._stock import ON_DEVICE_OP, is_optimizable, is_primitive, is_true, static_shape_value, stock_rules
 
 __all__ = [
     "CallSite",
@@ -55,16 +57,6 @@ __all__ = [
     "on_device_body",
     "postorder",
 ]
-
-_SHAPE_OPS = ("shape_of", "vm.shape_of")
-_NDARRAY_SIZE_OP = "ndarray_size"
-_DEVICE_COPY_OP = "device_copy"
-ON_DEVICE_OP = "on_device"
-# Function attributes under which stock function passes leave a global function alone.
-_EXTERNAL_ATTRS = ("Compiler", "Extern", "SkipOptimization")
-
-QNN_DEFAULT_RULE = "relay: QNN ops are kept unless FoldConstant(fold_qnn=True)"
-NO_ARGS_RULE = "relay: calls without arguments are kept (folding ones(shape) only grows the module)"
 
 
 # --- What a value is, as far as folding can tell -------------------------------------------------
@@ -102,7 +94,7 @@ class TupleSource:
 Source = Union[ConstSource, NodeSource, RuntimeSource, TupleSource]
 
 
-class SiteKind:
+class SiteKind(Enum):
     """How a folded node gets its value."""
 
     EVALUATE = "evaluate"  # run the call (with constant arguments) in the interpreter
@@ -115,48 +107,26 @@ class CallSite:
     """The Relay call behind FoldNode ``node_id`` and the sources of its arguments."""
 
     node_id: int
-    call: relay.Call
     function: str
-    kind: str
+    call: relay.Call
+    kind: SiteKind
     args: Tuple[Source, ...]
     static_value: Optional[Tuple[int, ...]] = None  # SHAPE sites: the int32 data (shape or size)
 
 
 @dataclass(frozen=True)
 class LoweredModule:
-    """Nodes (topological), their call sites, and the functions that were read."""
+    """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relay functions they came from."""
 
     nodes: Tuple[FoldNode, ...]
     sites: Tuple[CallSite, ...]
-    functions: Tuple[str, ...]
+    functions: Mapping[str, Tuple[relay.GlobalVar, relay.Function]]
     #: ``If`` expressions whose condition is a node's output: once that node folds, stock picks
     #: the branch, and what reads the ``If`` may fold too (see ``lower_relay``).
     conditions: Mapping[relay.If, NodeSource] = field(default_factory=dict)
 
 
 # --- Traversal -----------------------------------------------------------------------------------
-
-
-def is_primitive(func: relay.Function) -> bool:
-    attrs = func.attrs
-    return attrs is not None and "Primitive" in attrs.keys() and int(attrs["Primitive"]) != 0
-
-
-def is_optimizable(func: relay.Function) -> bool:
-    """True for a function stock function passes visit (no Compiler / Extern / SkipOptimization).
-
-    Stock ``FoldConstant`` never rewrites inside a ``Primitive`` (fused) function either: its
-    body is one kernel, whose operands are the kernel's parameters.
-    """
-    attrs = func.attrs
-    if attrs is None:
-        return True
-    if is_primitive(func):
-        return False
-    keys = set(attrs.keys())
-    if "Compiler" in keys:
-        return False
-    return not any(key in keys and int(attrs[key]) != 0 for key in _EXTERNAL_ATTRS[1:])
 
 
 def children(expr: relay.Expr) -> Sequence[relay.Expr]:
@@ -392,13 +362,13 @@ class _Lowerer:
         default_rule = ""
         annotation = {FOLD_BARRIER_OP: Annotation.BARRIER, FOLD_ALLOW_OP: Annotation.ALLOW}.get(op.name, Annotation.NONE)
 
-        shape_value = self._static_shape_value(call) if op.name in _SHAPE_OPS + (_NDARRAY_SIZE_OP,) else None
-        operand_is_barrier = bool(call.args) and isinstance(args[0], NodeSource) and (
-            self.nodes[args[0].node].annotation is Annotation.BARRIER
-        )
-        if shape_value is not None and not operand_is_barrier:
-            # The value comes from the operand's type, not its data: no inputs to wait for.
+        type_source: Optional[int] = None
+        shape_value = self._static_shape_value(call)
+        if shape_value is not None:
+            # The value comes from the operand's type, not its data: no inputs to wait for. The
+            # planner still keeps it when that operand is a barrier's output.
             kind, static_value = SiteKind.SHAPE, shape_value
+            type_source = args[0].node if isinstance(args[0], NodeSource) else None
         else:
             for index, arg in enumerate(args):
                 inputs.extend(self._inputs_of(arg, _arg_label(call, index)))
@@ -413,7 +383,7 @@ class _Lowerer:
             if annotation is Annotation.ALLOW:
                 kind = SiteKind.ALLOW
             elif annotation is Annotation.NONE:
-                unfoldable, detail, default_fold, default_rule = self._stock_rules(op, call)
+                unfoldable, detail, default_fold, default_rule = stock_rules(op, call, self.op_attr)
 
         outputs = tensor_infos(_checked_type(call))
         node = FoldNode(
@@ -429,9 +399,10 @@ class _Lowerer:
             unfoldable_detail=detail,
             default_fold=default_fold,
             default_rule=default_rule,
+            type_source=type_source,
         )
         self.nodes.append(node)
-        self.sites.append(CallSite(node_id, call, function, kind, args, static_value))
+        self.sites.append(CallSite(node_id, function, call, kind, args, static_value))
         return NodeSource(node_id)
 
     def _label(self, call: relay.Call, node_id: int) -> str:
@@ -442,37 +413,10 @@ class _Lowerer:
         self.used_labels.add(name)
         return f"%{name}"
 
-    def _stock_rules(self, op: tvm.ir.Op, call: relay.Call) -> Tuple[Optional[Reason], str, bool, str]:
-        """(unfoldable reason, detail, default_fold, default_rule) as stock decides for ``op``."""
-        if not call.args:
-            return None, "", False, NO_ARGS_RULE
-        if self.op_attr(op, "TOpIsStateful"):
-            return Reason.IMPURE, f"{op.name} is stateful", True, ""
-        if op.name in _SHAPE_OPS + (_NDARRAY_SIZE_OP,):
-            return Reason.DYNAMIC_SHAPE, f"{op.name} of an operand whose shape is not static", True, ""
-        if op.name == _DEVICE_COPY_OP:
-            return Reason.UNSUPPORTED, "device_copy moves data between devices; stock never folds it", True, ""
-        if self.op_attr(op, "TNonComputational"):
-            if self.op_attr(op, "FTVMQnnCanonicalize") is not None:
-                return None, "", False, QNN_DEFAULT_RULE
-            return Reason.UNSUPPORTED, f"{op.name} is non-computational: there is nothing to evaluate", True, ""
-        return None, "", True, ""
-
     def _static_shape_value(self, call: relay.Call) -> Optional[Tuple[int, ...]]:
         if len(call.args) != 1:
             return None
-        shape = static_shape(_checked_type(call.args[0]))
-        if shape is None:
-            return None
-        if call.op.name == _NDARRAY_SIZE_OP:
-            # Stock reports size 0 for a 0-d operand; matching it keeps the outputs equal.
-            size = 0 if not shape else 1
-            for dim in shape:
-                size *= dim
-            return (size,)
-        if not shape:
-            return None  # stock yields a 0-d tensor of uninitialised memory for shape_of(scalar)
-        return shape
+        return static_shape_value(call.op.name, static_shape(_checked_type(call.args[0])))
 
     def _inputs_of(self, source: Source, label: str) -> List[NodeInput]:
         if isinstance(source, TupleSource):
@@ -500,12 +444,6 @@ def _looked_through(expr: relay.Expr) -> Optional[relay.Expr]:
 def _constant_info(constant: relay.Constant) -> TensorInfo:
     data = constant.data
     return TensorInfo.of(str(data.dtype), tuple(int(d) for d in data.shape))
-
-
-def is_true(constant: relay.Constant) -> bool:
-    """The truth of an ``If`` condition as stock reads it: the first byte of the data."""
-    data = constant.data.numpy()
-    return bool(data.reshape(-1).view("uint8")[0]) if data.size else False
 
 
 def _label_of(source: Source) -> str:
@@ -548,6 +486,5 @@ def lower_relay(
     lowerer = _Lowerer(known_conditions or {})
     for name, func in functions:
         lowerer.lower_function(name, func)
-    return LoweredModule(
-        tuple(lowerer.nodes), tuple(lowerer.sites), tuple(name for name, _ in functions), dict(lowerer.conditions)
-    )
+    read = {name: (mod.get_global_var(name), func) for name, func in functions}
+    return LoweredModule(tuple(lowerer.nodes), tuple(lowerer.sites), read, dict(lowerer.conditions))

@@ -24,7 +24,7 @@ from tvm.relay.op import op as _relay_op
 
 from .._core.errors import UnsupportedIRError
 
-__all__ = ["FOLD_ALLOW_OP", "FOLD_BARRIER_OP", "fold_allow", "fold_barrier", "is_annotation", "register_ops"]
+__all__ = ["FOLD_ALLOW_OP", "FOLD_BARRIER_OP", "fold_allow", "fold_barrier", "register_ops"]
 
 FOLD_BARRIER_OP = "fold_barrier"
 FOLD_ALLOW_OP = "fold_allow"
@@ -117,8 +117,3 @@ def fold_allow(expr: relay.Expr) -> relay.Call:
     fold_allow
     """
     return _annotate(FOLD_ALLOW_OP, expr)
-
-
-def is_annotation(expr: Any, op_name: str) -> bool:
-    """True when ``expr`` is a call of the annotation op named ``op_name``."""
-    return isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == op_name

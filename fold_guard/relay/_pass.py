@@ -2,42 +2,39 @@
 
 from __future__ import annotations
 
-import logging
+import contextlib
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relay
 
+from .._core.driver import evaluate_until_stable
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
-from .._core.report import FoldReport, FoldResult, StepTimer
-from .._pass_context import PASS_NAME, isolated_pass_context
+from .._core.report import FoldResult, StepTimer, fold_result
+from .._adapter import check_module, fold_constant_pass
+from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
-from ._lower import LoweredModule, foldable_functions, function_names, is_true, lower_relay, postorder
+from ._lower import LoweredModule, foldable_functions, function_names, lower_relay, postorder
+from ._stock import is_true
 from ._rewrite import remap_global_vars, rewrite_function
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
 
-logger = logging.getLogger("fold_guard")
-
 
 def _check_module(mod: object) -> tvm.IRModule:
-    if not isinstance(mod, tvm.IRModule):
-        raise UnsupportedIRError(
-            f"fold_guard.relay expects a tvm.IRModule, got {type(mod).__name__}; "
-            "hint: tvm.IRModule.from_expr(func) wraps a Relay function, and "
-            "fold_guard.relay.fold_function folds one function directly"
-        )
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, (relay.Function, tvm.tir.PrimFunc)):
-            raise UnsupportedIRError(
-                f"function {gvar.name_hint} is a {type(func).__module__}.{type(func).__name__}, which "
-                "fold_guard.relay cannot read; hint: Relax modules go to fold_guard.relax"
-            )
+    check_module(
+        mod,
+        "fold_guard.relay",
+        (relay.Function, tvm.tir.PrimFunc),
+        not_module_hint="tvm.IRModule.from_expr(func) wraps a Relay function, and "
+        "fold_guard.relay.fold_function folds one function directly",
+        other_ir_hint="; hint: Relax modules go to fold_guard.relax",
+    )
     return mod
 
 
@@ -83,28 +80,53 @@ def _infer_types(mod: tvm.IRModule, what: str, *, visible: bool) -> tvm.IRModule
     def collect(context: object) -> None:
         messages.extend(str(diagnostic.message) for diagnostic in context.diagnostics)  # type: ignore[attr-defined]
 
-    tvm.ir.diagnostics.override_renderer(collect)
+    with _diagnostics_renderer(collect):
+        try:
+            return relay.transform.InferType()(mod)
+        except tvm.TVMError as err:
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            why = "; ".join(messages) or (lines[-1] if lines else str(err))
+            raise PreconditionError(
+                f"{what} does not type-check, so fold_guard cannot tell what is constant: {why}. "
+                "Hint: run relay.transform.InferType() on it to see where"
+            ) from err
+
+
+#: The global function through which ``tvm.ir.diagnostics.override_renderer`` installs a renderer.
+_RENDERER_FUNC = "diagnostics.OverrideRenderer"
+
+
+@contextlib.contextmanager
+def _diagnostics_renderer(render: Callable[[object], None]) -> Iterator[None]:
+    """Report diagnostics through ``render`` inside the block, then restore the caller's renderer.
+
+    The renderer is process-wide: a user's own (installed with ``override_renderer``) is put back
+    as it was, and TVM's default only when there was none.
+    """
+    previous = tvm.get_global_func(_RENDERER_FUNC, allow_missing=True)
+    tvm.ir.diagnostics.override_renderer(render)
     try:
-        return relay.transform.InferType()(mod)
-    except tvm.TVMError as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        why = "; ".join(messages) or (lines[-1] if lines else str(err))
-        raise PreconditionError(
-            f"{what} does not type-check, so fold_guard cannot tell what is constant: {why}. "
-            "Hint: run relay.transform.InferType() on it to see where"
-        ) from err
+        yield
     finally:
-        tvm.ir.diagnostics.override_renderer(None)
+        if previous is None:
+            tvm.ir.diagnostics.override_renderer(None)
+        else:
+            tvm.register_func(_RENDERER_FUNC, previous, override=True)
 
 
 @dataclass(frozen=True)
 class Analysis:
-    """The typed copy of a module, the functions chosen to fold, their lowering and the policy."""
+    """The module read for folding: its lowering, the graph the planner decides on, the policy.
 
-    typed: tvm.IRModule
-    selected: Sequence[Tuple[str, relay.Function]]
+    ``mod`` is the typed copy of the input (Relay types a detached copy, see ``_detached_copy``);
+    ``selected`` (Relay only) are the functions chosen to fold, which a re-lowering reads again.
+    """
+
+    mod: tvm.IRModule
     lowered: LoweredModule
+    graph: FoldGraph
     policy: FoldPolicy
+    selected: Sequence[Tuple[str, relay.Function]]
 
 
 def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: StepTimer) -> Analysis:
@@ -115,7 +137,7 @@ def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iter
     selected = foldable_functions(typed, functions)
     lowered = lower_relay(typed, selected)
     timer.lap("lower")
-    return Analysis(typed, selected, lowered, policy)
+    return Analysis(typed, lowered, FoldGraph(lowered.nodes), policy, selected)
 
 
 def _plan_and_evaluate(
@@ -133,12 +155,15 @@ def _plan_and_evaluate(
     fold_plan = plan_folds(graph, policy, eval_failures=failures)
     timer.lap("plan")
     values: Values = {node_of[call]: value for call, value in values_by_call.items() if call in node_of}
-    new_failures, runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
-    while new_failures:
-        failures.update(new_failures)
-        fold_plan = plan_folds(graph, policy, eval_failures=failures)
-        new_failures, more_runs = evaluate_plan(fold_plan, lowered.sites, values, strict=strict)
+    runs = 0
+
+    def evaluate(current: FoldPlan) -> Dict[int, str]:
+        nonlocal runs
+        new_failures, more_runs = evaluate_plan(current, lowered.sites, values, strict=strict)
         runs += more_runs
+        return new_failures
+
+    fold_plan, failures = evaluate_until_stable(fold_plan, policy, evaluate, eval_failures=failures)
     values_by_call.update((lowered.sites[node].call, value) for node, value in values.items())
     failures_by_call.update((lowered.sites[node].call, text) for node, text in failures.items())
     timer.lap("evaluate")
@@ -173,7 +198,7 @@ def plan(
       main: %2 = add: not constant: 'x' is a run-time input
     """
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, StepTimer())
-    return plan_folds(FoldGraph(analysis.lowered.nodes), analysis.policy)
+    return plan_folds(analysis.graph, analysis.policy)
 
 
 @serialized
@@ -213,7 +238,7 @@ def fold(
     """
     timer = StepTimer()
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, timer)
-    typed, lowered = analysis.typed, analysis.lowered
+    typed, lowered = analysis.mod, analysis.lowered
     values_by_call: Dict[relay.Call, relay.Expr] = {}
     failures_by_call: Dict[relay.Call, str] = {}
     known_conditions: Dict[relay.If, bool] = {}
@@ -242,16 +267,15 @@ def fold(
     new_mod = _rewrite_module(typed, lowered, fold_plan, values)
     new_mod = _infer_types(new_mod, "fold_guard's output (please report this)", visible=True)
     timer.lap("rewrite")
-    report = FoldReport(
+    return fold_result(
+        new_mod,
         fold_plan,
-        constant_bytes_before=_constant_bytes(typed),
-        constant_bytes_after=_constant_bytes(new_mod),
-        seconds=dict(timer.seconds),
+        modified=not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True),
+        implementation=IMPLEMENTATION,
+        timer=timer,
+        constant_bytes=(_constant_bytes(typed), _constant_bytes(new_mod)),
         evaluation_runs=runs,
     )
-    logger.info("%s: %s", IMPLEMENTATION, report.explain(verbose=False))
-    modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
-    return FoldResult(new_mod, modified, fold_plan, report)
 
 
 def fold_function(func: relay.Function, *, policy: PolicySpec = "default", strict: bool = False) -> relay.Function:
@@ -306,18 +330,6 @@ IMPLEMENTATION = "fold_guard.relay.FoldConstant"
 #: PassContext with a lower opt_level skips both alike.
 STOCK_OPT_LEVEL = 2
 
-
-@tvm.transform.module_pass(opt_level=STOCK_OPT_LEVEL, name=PASS_NAME)
-class _FoldConstantPass:
-    implementation = IMPLEMENTATION
-
-    def __init__(self, policy: FoldPolicy, strict: bool, functions: Optional[Tuple[str, ...]]) -> None:
-        self.policy = policy
-        self.strict = strict
-        self.functions = functions
-
-    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return fold(mod, policy=self.policy, strict=self.strict, functions=self.functions).mod
 
 
 def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
@@ -394,5 +406,11 @@ def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
     >>> folding.info.name, folding.info.opt_level, folding.implementation, folding.policy.name
     ('FoldConstant', 2, 'fold_guard.relay.FoldConstant', 'fold-qnn')
     """
-    names = function_names(functions)
-    return _FoldConstantPass(with_budget(policy, max_fold_bytes), bool(strict), names)
+    return fold_constant_pass(
+        fold,
+        opt_level=STOCK_OPT_LEVEL,
+        implementation=IMPLEMENTATION,
+        policy=with_budget(policy, max_fold_bytes),
+        strict=bool(strict),
+        functions=function_names(functions),
+    )

@@ -18,8 +18,9 @@ from tvm import relay
 
 from .._core.planner import FoldPlan
 from ._lower import children as expr_children
-from ._lower import is_true, on_device_body, postorder
-from ._ops import FOLD_ALLOW_OP, is_annotation
+from ._lower import on_device_body, postorder
+from ._ops import FOLD_ALLOW_OP
+from ._stock import is_true
 
 __all__ = ["rewrite_function"]
 
@@ -61,7 +62,8 @@ def _rebuild(
     if isinstance(expr, relay.Call):
         node = node_of_call.get(expr)
         if node is not None and plan.folds(node):
-            operand = new[expr.args[0]] if is_annotation(expr, FOLD_ALLOW_OP) else None
+            is_allow = isinstance(expr.op, tvm.ir.Op) and expr.op.name == FOLD_ALLOW_OP
+            operand = new[expr.args[0]] if is_allow else None
             if operand is not None and on_device_body(operand) is not None and _is_simple_constant(operand):
                 return operand  # fold_allow(on_device(<const>)): the allow goes, the device hint stays
             return values[node]

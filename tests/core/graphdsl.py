@@ -80,6 +80,7 @@ class G:
         default_fold: bool = True,
         default_rule: str = "",
         function: Optional[str] = None,
+        type_of: Optional[Ref] = None,
     ) -> Ref:
         """Add ``op(*args)``; the output is ``dtype``/``shape`` (default: the first argument's)."""
         node_id = len(self.nodes)
@@ -103,6 +104,7 @@ class G:
                 unfoldable_detail=unfoldable_detail,
                 default_fold=default_fold,
                 default_rule=default_rule,
+                type_source=None if type_of is None else type_of.node,
             )
         )
         return Ref(InputKind.NODE, label, outputs[0], node_id)

@@ -25,6 +25,7 @@ from fold_guard._core import (
     Reason,
     Rule,
     TensorInfo,
+    compose,
     plan_folds,
 )
 
@@ -483,7 +484,7 @@ def test_policy_beats_default(default_fold):
     g = G()
     g.call("q", g.const("c0"), label="q", default_fold=default_fold)
     g.call("k", g.const("c1"), label="k", default_fold=default_fold)
-    assert summary(plan_folds(g.build(), fold_q.then(keep_k))) == {"q": "FOLDED fold-q", "k": "KEPT_BY_POLICY keep-ops"}
+    assert summary(plan_folds(g.build(), compose(fold_q, keep_k))) == {"q": "FOLDED fold-q", "k": "KEPT_BY_POLICY keep-ops"}
 
 
 def test_default_fold_false_is_kept_by_policy_default():
@@ -498,6 +499,33 @@ def test_default_fold_false_is_kept_by_policy_default():
     assert summary(plan) == {"s": f"KEPT_BY_POLICY {DEFAULT_RULE}", "n": f"KEPT_WITH_INPUT {DEFAULT_RULE}"}
     assert decision(plan, "s").detail == "relax: ops fold only inside dataflow blocks"
     assert decision(plan, "n").detail == "input s was kept (s = relax.shape_of)"
+
+
+def test_value_from_a_barriers_type_is_kept_by_the_barrier():
+    """
+    b = fold_barrier(x); s = shape_of(b) [value from b's static type, no input]   ==>   s kept
+    t = shape_of(y)      [value from y's static type, y a run-time input]          ==>   t folds
+    """
+    g = G()
+    b = g.barrier(g.runtime("x"), label="b")
+    g.call("shape_of", label="s", outputs=[TensorInfo.of("int32", (1,))], type_of=b)
+    y = g.call("relax.exp", g.runtime("y"), label="y")
+    g.call("shape_of", label="t", outputs=[TensorInfo.of("int32", (1,))], type_of=y)
+    plan = plan_folds(g.build(), DEFAULT_POLICY)
+    assert summary(plan) == {
+        "b": f"KEPT_BY_BARRIER {BARRIER_RULE}",
+        "s": f"KEPT_BY_BARRIER {BARRIER_RULE}",
+        "y": "NOT_CONSTANT",
+        "t": f"FOLDED {DEFAULT_RULE}",
+    }
+    assert decision(plan, "s").detail == "input b is downstream of barrier b"
+    assert decision(plan, "s").root == 0
+
+
+def test_type_source_must_come_first():
+    t = TensorInfo.of("int32", (1,))
+    with pytest.raises(PlanInvariantError, match="reads the type of node 1"):
+        FoldGraph((FoldNode(0, "shape_of", "s", "main", (), (t,), type_source=1), FoldNode(1, "exp", "e", "main", (), (t,))))
 
 
 def test_policy_sees_only_constant_calls():

@@ -21,7 +21,7 @@ from fold_guard import Annotation
 
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 from golden import op_calls
-from fold_guard.testing import onnx_models  # noqa: E402
+from _common import onnx_models  # noqa: E402
 
 W_INT8 = (np.arange(16, dtype="int8") - 8).reshape(4, 4)
 W_FP32 = np.linspace(-1.0, 1.0, 16, dtype="float32").reshape(4, 4)
@@ -83,7 +83,7 @@ def test_qdq_weight_gets_a_barrier_on_its_int8_operand():
                 R.output(y)
             return y
 
-    annotated = fgr.annotate(Before, "qdq-accelerator")
+    annotated = fgr.annotate(Before, policy="qdq-accelerator")
     tvm.ir.assert_structural_equal(annotated.mod, Expected)
     assert [(p.annotation, p.label, p.op, p.rule) for p in annotated.placed] == [
         (Annotation.BARRIER, "w", "relax.dequantize", "keep-dequantize-of-integer-constant")
@@ -121,7 +121,7 @@ def test_weights_only_puts_a_barrier_on_a_constant_that_is_not_a_weight():
                 R.output(out)
             return out
 
-    annotated = fgr.annotate(Before, "weights-only")
+    annotated = fgr.annotate(Before, policy="weights-only")
     tvm.ir.assert_structural_equal(annotated.mod, Expected)
     assert [p.label for p in annotated.barriers] == ["shift"] and not annotated.allows
     # the stock pass now folds the weight only
@@ -139,7 +139,7 @@ def test_default_policy_places_nothing_and_returns_the_same_module():
                 R.output(y)
             return y
 
-    annotated = fgr.annotate(Before, "default")
+    annotated = fgr.annotate(Before, policy="default")
     assert annotated.placed == ()
     tvm.ir.assert_structural_equal(annotated.mod, Before)
 
@@ -152,9 +152,9 @@ def test_unknown_policy_is_a_clear_error():
             return x
 
     with pytest.raises(fold_guard.UnknownPolicyError, match="no-such-npu"):
-        fgr.annotate(Before, "no-such-npu")
+        fgr.annotate(Before, policy="no-such-npu")
     with pytest.raises(fold_guard.UnsupportedIRError, match=r"expects a tvm\.IRModule, got Function"):
-        fgr.annotate(Before["main"], "qdq-accelerator")
+        fgr.annotate(Before["main"], policy="qdq-accelerator")
 
 
 # ----------------------------------------------------------------------------------- ONNX QDQ
@@ -170,7 +170,7 @@ def imported(request):
 def test_import_annotation_pins_every_weight_and_bias_dequantize(imported):
     _, mod = imported
     before_json = tvm.ir.save_json(mod)
-    annotated = fgr.annotate(mod, "qdq-accelerator")
+    annotated = fgr.annotate(mod, policy="qdq-accelerator")
     assert tvm.ir.save_json(mod) == before_json  # the caller's module is untouched
     weight_dq = [k for k in _dequantize_operands(mod) if k != "runtime"]
     assert len(annotated.barriers) == len(weight_dq) == 10 and not annotated.allows
@@ -184,7 +184,7 @@ def test_import_annotation_pins_every_weight_and_bias_dequantize(imported):
 def test_annotated_default_fold_matches_the_policy_fold(imported):
     """Folding the annotated module under 'default' folds what 'qdq-accelerator' folds directly."""
     _, mod = imported
-    annotated = fgr.annotate(mod, "qdq-accelerator").mod
+    annotated = fgr.annotate(mod, policy="qdq-accelerator").mod
     via_annotations = fgr.fold(annotated)
     direct = fgr.fold(mod, policy="qdq-accelerator")
     folded_ops = lambda result: sorted(d.op for d in result.plan.folded)  # noqa: E731
@@ -199,7 +199,7 @@ def test_annotated_modules_run_bit_identical_to_the_import(imported):
     model, mod = imported
     inputs = [onnx_models.sample_input()[onnx_models.INPUT_NAME]]
     reference = onnx_models.run_relax(mod, inputs)[0]
-    annotated = fgr.annotate(mod, "qdq-accelerator").mod
+    annotated = fgr.annotate(mod, policy="qdq-accelerator").mod
     for candidate in (annotated, relax.transform.FoldConstant()(annotated), fgr.fold(annotated).mod):
         np.testing.assert_array_equal(onnx_models.run_relax(candidate, inputs)[0], reference)
     ort = onnx_models.run_onnxruntime(model, onnx_models.sample_input())[0]
@@ -221,7 +221,7 @@ def test_a_registered_backend_policy_is_accepted_by_annotate():
         fold_guard.register_policy(fold_guard.FoldPolicy("my-npu", "keep every dequantize", (
             fold_guard.Rule("keep-dq", fold_guard.Action.KEEP, "", lambda call: call.op == "relax.dequantize"),
         )))  # fmt: skip
-        annotated = fgr.annotate(Before, "my-npu")
+        annotated = fgr.annotate(Before, policy="my-npu")
         assert [(p.annotation, p.rule) for p in annotated.placed] == [(Annotation.BARRIER, "keep-dq")]
         assert fgr.plan(Before, "my-npu").policy_name == "my-npu"
     assert _dequantize_operands(relax.transform.FoldConstant()(annotated.mod)) == ["barrier(const)"]

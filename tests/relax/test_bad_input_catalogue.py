@@ -23,7 +23,7 @@ from tvm.script import tirx as T
 import fold_guard
 import fold_guard.relax as fgr
 from fold_guard import Action, FoldPolicy, Rule
-from fold_guard.testing.reliability import Kind, check_kind, keep_exp_policy, register_twice
+from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
 from test_errors import AllowDynamic, AllowUnsupported, EvalFails
 
 A = np.arange(4, dtype="float32")

@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 
 import fold_guard.relax as fgr
-from fold_guard.testing.onnx_models import import_relax
+from _common.onnx_models import import_relax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import real_models  # noqa: E402

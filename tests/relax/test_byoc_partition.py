@@ -1,7 +1,7 @@
 """The Relax BYOC path: a QDQ backend's pattern table before and after folding.
 
 A backend that offloads quantized convs and matmuls matches ``dequantize(<int8 const>)`` weights
-(``fold_guard.testing.relax_byoc``). On every reference model, int8 weights and float weights:
+(``_common.relax_byoc``). On every reference model, int8 weights and float weights:
 
     import                                      N of N quantized convs / matmuls matched
     stock relax.transform.FoldConstant()        0 matched (every weight dequantize folded to fp32)
@@ -30,7 +30,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: E402
 
 import fold_guard.relax as fgr  # noqa: E402
 from golden import op_calls
-from fold_guard.testing import onnx_models, relax_byoc  # noqa: E402
+from _common import onnx_models, relax_byoc  # noqa: E402
 
 POLICY = "qdq-accelerator"
 MAKERS: Dict[str, Callable[..., Any]] = {

@@ -4,7 +4,7 @@
                  ──fold-guard fold -o──▶ OUT.json / OUT.py  ==  fgr.fold(...).mod (structurally)
     bad input    ──fold-guard ...──────▶ exit 2, one line on stderr naming it, nothing written
 
-Each model is written once per session from ``fold_guard.testing.onnx_models`` (fixed seeds).
+Each model is written once per session from ``_common.onnx_models`` (fixed seeds).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import fold_guard.relax as fgr
 from fold_guard.cli import SCHEMA_PATH
 from fold_guard.cli._check import compare_outputs
 from fold_guard.cli._progress import Progress
-from fold_guard.testing import onnx_models as om
+from _common import onnx_models as om
 
 MODELS = sorted(om.MODEL_BUILDERS)
 REPO = Path(__file__).resolve().parents[2]
@@ -145,7 +145,7 @@ def test_fold_annotate_writes_the_annotated_module(model_files, tmp_path):
     out = tmp_path / "annotated.json"
     result = run("fold", str(model_files["qdq_cnn"]), "-p", "qdq-accelerator", "--annotate", "-o", str(out))
     assert result.returncode == 0, result.stderr
-    expected = fgr.annotate(imported(model_files["qdq_cnn"]), "qdq-accelerator")
+    expected = fgr.annotate(imported(model_files["qdq_cnn"]), policy="qdq-accelerator")
     tvm.ir.assert_structural_equal(tvm.ir.load_json(out.read_text()), expected.mod)
     assert "annotated for policy 'qdq-accelerator': 0 fold_allow, 10 fold_barrier" in result.stdout
     # The annotated file keeps the decisions through a plain default fold.

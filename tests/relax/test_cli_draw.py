@@ -21,7 +21,7 @@ from playwright.sync_api import sync_playwright
 
 import fold_guard.relax as fgr
 from fold_guard.cli._draw import CATEGORIES, category_of
-from fold_guard.testing import onnx_models as om
+from _common import onnx_models as om
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

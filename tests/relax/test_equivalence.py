@@ -1,4 +1,4 @@
-"""Guarantees 1, 2 and 4 of the brief on the unannotated corpus, default policy.
+"""RFC.md, guarantees 1, 2 and 4, on the unannotated corpus, default policy.
 
 1. ``fold_guard.relax.FoldConstant()`` gives exactly the stock pass's output.
 2. Folded constants are bit-identical to stock's, and a built module runs to the same output

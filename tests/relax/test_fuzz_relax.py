@@ -235,7 +235,7 @@ def test_fuzzed_relax_modules(spec):
     # annotate carries the policy: a default fold of the annotated module keeps and folds the
     # same calls as folding under the policy.
     policy = spec["policy"]
-    annotated = fgr.annotate(plain, policy).mod
+    annotated = fgr.annotate(plain, policy=policy).mod
     assert _op_counts(fgr.fold(annotated).mod) == _op_counts(fgr.fold(plain, policy=policy).mod)
 
     assert tvm.ir.save_json(mod) == saved and tvm.ir.save_json(plain) == saved_plain

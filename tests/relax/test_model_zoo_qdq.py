@@ -1,4 +1,4 @@
-"""The residual CNN and the transformer block of :mod:`fold_guard.testing.onnx_models` on Relax.
+"""The residual CNN and the transformer block of :mod:`_common.onnx_models` on Relax.
 
 For each model: the same seed gives the same bytes; ``from_onnx(..., keep_params_in_input=False)``
 turns every weight into ``R.dequantize(<int8 constant>)`` (``R.quantize(<fp32 constant>)`` with
@@ -27,7 +27,7 @@ import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]');
 import tvm
 from tvm import relax  # noqa: E402
 
-from fold_guard.testing import onnx_models  # noqa: E402
+from _common import onnx_models  # noqa: E402
 from golden import constant_operands
 
 

@@ -8,7 +8,7 @@ import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]');
 import tvm
 from tvm import relax  # noqa: E402
 
-from fold_guard.testing import onnx_models  # noqa: E402
+from _common import onnx_models  # noqa: E402
 from golden import constant_operands
 
 

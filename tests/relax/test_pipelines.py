@@ -3,7 +3,7 @@ stock one under pass management.
 
 The failure this guards against (before ``fold_barrier`` lost its ``FLegalize``)::
 
-    annotate(mod, "qdq-accelerator")  : w = dequantize(fold_barrier(quantize(<fp32>)))
+    annotate(mod, policy="qdq-accelerator"): w = dequantize(fold_barrier(quantize(<fp32>)))
     LegalizeOps                       : w = call_tir(dequantize, (<fp32> -> quantize -> <int8>,))
     stock FoldConstant                : w = <fp32>                 (barrier gone, weight fp32)
 
@@ -34,7 +34,8 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard import PreconditionError, list_policies
-from fold_guard.testing import onnx_models
+from _common import onnx_models
+from _common.codegen_input import compile_with_codegen_input
 
 from golden import CONSTANT_TYPE, op_calls
 
@@ -126,7 +127,7 @@ def _model(name: str):
     """(import, annotated import, annotated and folded by fold_guard, inputs, reference output)."""
     model = MODELS[name](float_weights=True)
     imported = onnx_models.import_relax(model)
-    annotated = fgr.annotate(imported, "qdq-accelerator").mod
+    annotated = fgr.annotate(imported, policy="qdq-accelerator").mod
     folded = fgr.FoldConstant()(annotated)
     inputs = list(onnx_models.input_feed(model).values())
     reference = onnx_models.run_relax(imported, inputs)
@@ -235,33 +236,14 @@ def test_stock_pipeline_erases_what_is_not_annotated():
     assert _fp32_of_shapes(out, shapes) >= 5
 
 
-@tvm.instrument.pass_instrument
-class _FinalModule:
-    """Keeps the module after each pass: after a build, the module VM codegen received."""
-
-    def __init__(self) -> None:
-        self.mod = None
-
-    def run_after_pass(self, mod, info):
-        if any(isinstance(func, relax.Function) for func in mod.functions.values()):
-            self.mod = mod
-
-
-def _built_constants(mod: tvm.IRModule) -> Tuple[tvm.runtime.Executable, tvm.IRModule]:
-    final = _FinalModule()
-    with tvm.transform.PassContext(instruments=[final]):
-        exe = tvm.compile(mod, target="llvm")
-    return exe, final.mod
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_compiled_executable_holds_integer_weights(model):
     """tvm.compile on the CPU: the executable's constants are the barriers' integer constants."""
     imported, _, folded, inputs, reference = _model(model)
-    exe, codegen_input = _built_constants(folded)
+    exe, codegen_input = compile_with_codegen_input(folded)
     assert_barriers_hold(codegen_input, folded, lowered=True)
-    _, stock_input = _built_constants(relax.transform.FoldConstant()(imported))
+    _, stock_input = compile_with_codegen_input(relax.transform.FoldConstant()(imported))
     stock_bytes = Counter()
     ours_bytes = Counter()
     for counter, mod in ((stock_bytes, stock_input), (ours_bytes, codegen_input)):
@@ -376,7 +358,7 @@ def test_annotating_before_legalizing_carries_the_policy():
     """The recommended flow: annotate, then any pipeline keeps the policy's decisions."""
     imported = _model("qdq_cnn")[0]
     by_policy = fgr.fold(imported, policy="qdq-accelerator").mod
-    annotated = fgr.annotate(imported, "qdq-accelerator").mod
+    annotated = fgr.annotate(imported, policy="qdq-accelerator").mod
     through_pipeline = PIPELINES["zero"][0](annotated)
     assert Counter(s for s in _tensor_constants(through_pipeline) if s[0] == "int8") == Counter(
         s for s in _tensor_constants(by_policy) if s[0] == "int8"

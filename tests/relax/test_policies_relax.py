@@ -322,7 +322,7 @@ def test_weights_only_on_the_transformer_block_folds_exactly_the_weights_and_bia
     """On a real QDQ transformer block: every matmul weight (with its transpose) and bias folds;
     the layer-norm parameters and the attention's constant factor, also dequantize(int const)
     calls, stay because their results are not weight or bias inputs."""
-    from fold_guard.testing import onnx_models
+    from _common import onnx_models
 
     model = onnx_models.make_transformer_block()
     mod = onnx_models.import_relax(model)

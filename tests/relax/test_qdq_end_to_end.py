@@ -24,7 +24,7 @@ from tvm import relax  # noqa: E402
 
 import fold_guard.relax as fgr  # noqa: E402
 from fold_guard import Reason  # noqa: E402
-from fold_guard.testing import onnx_models  # noqa: E402
+from _common import onnx_models  # noqa: E402
 
 KEEP = "keep-qdq-weights"
 KEEP_RULE = "keep-dequantize-of-integer-constant"

@@ -17,7 +17,7 @@ import fold_guard
 import fold_guard.relax as fgr
 from fold_guard import Reason
 
-from fold_guard.testing.reliability import check_concurrent_like_sequential
+from support.reliability import check_concurrent_like_sequential
 from golden import CONSTANT_TYPE, op_calls
 
 
@@ -127,7 +127,7 @@ def _unnormalized_module() -> tvm.IRModule:
         lambda mod: fgr.fold(mod),
         lambda mod: fgr.FoldConstant()(mod),
         lambda mod: fgr.plan(mod),
-        lambda mod: fgr.annotate(mod, "size-guard"),
+        lambda mod: fgr.annotate(mod, policy="size-guard"),
     ],
     ids=["fold", "FoldConstant", "plan", "annotate"],
 )
@@ -171,7 +171,7 @@ def test_eight_threads_fold_like_one():
     entries = [
         lambda mod: fgr.fold(mod, policy="keep-qdq-weights").mod,
         lambda mod: fgr.FoldConstant()(mod),
-        lambda mod: fgr.annotate(mod, "keep-qdq-weights").mod,
+        lambda mod: fgr.annotate(mod, policy="keep-qdq-weights").mod,
     ]
     check_concurrent_like_sequential(entries, distinct + [_qdq_module(9)] * 4, rounds=2)
 
@@ -270,7 +270,7 @@ def test_annotate_carries_keeps_of_calls_without_operands(policy, op, shape, dty
     """
     mod = _creation_module(op, shape, dtype)
     assert fgr.plan(mod).folded  # the default folds the creation call
-    annotated = fgr.annotate(mod, policy)
+    annotated = fgr.annotate(mod, policy=policy)
     assert len(annotated.barriers) == 1 and not annotated.uncarried
     assert "has no operand" in annotated.explain()
     reference = fgr.fold(mod, policy=policy).mod

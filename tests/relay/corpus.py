@@ -101,7 +101,7 @@ NOT_BIT_EXACT: dict[str, str] = {
     ),
 }
 # Modules whose *input* stock FoldConstant changes in place, per setting, with why. fold_guard
-# must not copy this: the brief guarantees that the input module is never mutated.
+# must not copy this: the input module is never mutated (RFC.md, guarantee 4).
 STOCK_MUTATES_INPUT: dict[str, str] = {
     name: "fold_qnn=True: evaluating qnn.requantize on constants canonicalizes it, which writes "
     "the default rounding into the original call's attrs in place (rounding 'None' -> 'UPWARD')"

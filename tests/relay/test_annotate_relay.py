@@ -10,7 +10,7 @@ from tvm import relay
 import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Annotation
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 from relay_ir import op_calls
 
@@ -36,7 +36,7 @@ def _count(mod: tvm.IRModule, op_name: str, *, constant_arg: bool = False) -> in
 
 def test_params_are_bound_and_the_weight_quantize_is_allowed():
     mod = tvm.IRModule.from_expr(_qdq_dense(relay.var("w", shape=(4, 4), dtype="float32")))
-    annotated = fgr.annotate(mod, {"w": W}, policy="qdq-accelerator")
+    annotated = fgr.annotate(mod, params={"w": W}, policy="qdq-accelerator")
 
     x = relay.var("x", shape=(1, 4), dtype="float32")
     w_q = relay.qnn.op.quantize(relay.const(W), relay.const(SCALE), relay.const(ZERO), out_dtype="int8")
@@ -72,15 +72,15 @@ def test_unknown_params_are_a_clear_error_and_leave_the_module_alone():
     mod = tvm.IRModule.from_expr(_qdq_dense(relay.var("w", shape=(4, 4), dtype="float32")))
     before = tvm.ir.save_json(mod)
     with pytest.raises(fold_guard.PreconditionError, match=r"\['weight'\] are not parameters of main"):
-        fgr.annotate(mod, {"weight": W})
+        fgr.annotate(mod, params={"weight": W})
     with pytest.raises(fold_guard.UnknownPolicyError, match="no-such-npu"):
-        fgr.annotate(mod, {"w": W}, policy="no-such-npu")
+        fgr.annotate(mod, params={"w": W}, policy="no-such-npu")
     with pytest.raises(fold_guard.PreconditionError, match=r"param 'w' is float32\[3, 3\], but main declares w as float32\[4, 4\]"):
-        fgr.annotate(mod, {"w": W[:3, :3]})
+        fgr.annotate(mod, params={"w": W[:3, :3]})
     with pytest.raises(fold_guard.PreconditionError, match=r"param 'w' is int8\[4, 4\], but main declares w as float32"):
-        fgr.annotate(mod, {"w": W.astype("int8")})
+        fgr.annotate(mod, params={"w": W.astype("int8")})
     with pytest.raises(fold_guard.PreconditionError, match=r"param 'w' is a str, not an array"):
-        fgr.annotate(mod, {"w": "weights.npy"})
+        fgr.annotate(mod, params={"w": "weights.npy"})
     assert tvm.ir.save_json(mod) == before
 
 
@@ -102,7 +102,7 @@ def onnx_import():
 
 def test_from_onnx_annotation_allows_every_weight_quantize(onnx_import):
     model, mod, params = onnx_import
-    annotated = fgr.annotate(mod, params, policy="qdq-accelerator")
+    annotated = fgr.annotate(mod, params=params, policy="qdq-accelerator")
     bound = onnx_models.import_relay(model)
     weight_quantizes = _count(bound, "qnn.quantize", constant_arg=True)
     assert weight_quantizes == 5
@@ -122,7 +122,7 @@ def test_from_onnx_annotation_allows_every_weight_quantize(onnx_import):
 @pytest.mark.slow
 def test_from_onnx_annotated_module_runs_bit_identical(onnx_import):
     model, mod, params = onnx_import
-    annotated = fgr.annotate(mod, params, policy="qdq-accelerator").mod
+    annotated = fgr.annotate(mod, params=params, policy="qdq-accelerator").mod
     feed = onnx_models.sample_input()
     reference = onnx_models.run_relay(onnx_models.import_relay(model), feed)[0]
     for candidate in (annotated, fgr.FoldConstant()(annotated)):

@@ -11,8 +11,8 @@ Relay has no binding names, so plan decisions are looked up by op name; each mod
 at most once where a decision is asserted.
 
 The issue asks for one contrast in particular: stock Relay ``FoldConstant`` folds straight
-through a plain identity op (registered here under a test-only name, exactly the way the brief
-describes), while ``fold_barrier`` holds under our pass and under a later stock pass.
+through a plain identity op (registered here under a test-only name, exactly the way RFC.md's
+Appendix A describes), while ``fold_barrier`` holds under our pass and under a later stock pass.
 """
 
 from __future__ import annotations
@@ -190,12 +190,33 @@ def test_barrier_unchanged(before, policy):
     check_before_after(before(), before(), STOCK)
 
 
+def shape_of_barrier() -> tvm.IRModule:
+    x = _x()
+    b = fgr.fold_barrier(x)  # kept: barrier
+    s = relay.shape_of(b)  # kept: stock would fold it from b's static type, but b is a barrier
+    return _module([x], relay.add(relay.cast(s, "float32"), relay.sum(b)))  # kept: not constant
+
+
+def test_shape_of_a_barrier_stays():
+    """
+    b = barrier(x); s = shape_of(b)   ==>   unchanged (the barrier's type is not a constant either)
+    shape_of(x) without the barrier   ==>   folds to [2, 3], as stock folds it
+    """
+    check_before_after(shape_of_barrier(), shape_of_barrier(), STRICT)
+    plan = fgr.plan(shape_of_barrier())
+    assert _decision(plan, "shape_of").reason is Reason.KEPT_BY_BARRIER
+    assert _decision(plan, "shape_of").detail == f"input {_decision(plan, 'fold_barrier').label} is downstream of barrier {_decision(plan, 'fold_barrier').label}"
+    x = _x()
+    plain = _module([x], relay.add(relay.cast(relay.shape_of(x), "float32"), relay.sum(x)))
+    assert _decision(fgr.plan(plain), "shape_of").reason is Reason.FOLDED
+
+
 # ------------------------------------------- the issue's contrast: a plain identity op vs ours
 
 
 @pytest.fixture(scope="module")
 def test_identity_op() -> Iterator[tvm.ir.Op]:
-    """A plain identity op, registered the way the brief describes (not TOpIsStateful).
+    """A plain identity op, registered the way RFC.md's Appendix A describes (not TOpIsStateful).
 
     Relay ops cannot be unregistered, so it gets a test-only name and is registered at most once
     per process.

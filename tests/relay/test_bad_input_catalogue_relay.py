@@ -19,7 +19,7 @@ from tvm import relax, relay
 import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Action, FoldPolicy, Rule
-from fold_guard.testing.reliability import Kind, check_kind, keep_exp_policy, register_twice
+from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
 
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)
@@ -144,7 +144,7 @@ KINDS: Dict[str, Kind] = {
     "rule-with-str-action": Kind(_exp_module, lambda m: fgr.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "fold", "d", bool),))), fold_guard.PreconditionError, r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'fold'"),
     "size-guard-str": Kind(_exp_module, lambda m: fgr.fold(m, policy=fold_guard.size_guard("2")), fold_guard.PreconditionError, r"size_guard growth_factor must be a number > 0, got '2'"),
     "negative-budget": Kind(_exp_module, lambda m: fgr.fold(m, max_fold_bytes=-1), fold_guard.PreconditionError, r"max_fold_bytes must be a byte count .* got int -1"),
-    "annotate-with-wrong-params": Kind(_exp_module, lambda m: fgr.annotate(m, {"w": np.ones(2, "float32")}), fold_guard.PreconditionError, r"params \['w'\] are not parameters of main"),
+    "annotate-with-wrong-params": Kind(_exp_module, lambda m: fgr.annotate(m, params={"w": np.ones(2, "float32")}), fold_guard.PreconditionError, r"params \['w'\] are not parameters of main"),
     # annotations
     "conflicting-annotations": Kind(lambda: _module(lambda x: relay.add(x, fgr.fold_allow(fgr.fold_barrier(relay.exp(relay.const(A)))))), FOLD, fold_guard.ConflictingAnnotationsError, r"conflicting annotations in main: %\d+ = fold_allow\(%\d+\) where %\d+ = fold_barrier"),
     "barrier-over-tuple": Kind(lambda: _tuple_annotation(fgr.fold_barrier), FOLD, fold_guard.UnsupportedIRError, r"function main: %\d+ = fold_barrier annotates tensors only, but its operand is a TupleType"),

@@ -43,7 +43,7 @@ from tvm.contrib import graph_executor
 from tvm.runtime import vm as vm_runtime
 
 import fold_guard.relay as fgr
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 from relay_ir import op_calls
 

@@ -1,6 +1,6 @@
 """BYOC on Relay: a QNN pattern table needs int8 constant weights, which only a weight fold gives.
 
-The flow of a Relay BYOC backend (see :mod:`fold_guard.testing.relay_byoc`) on QDQ ONNX models whose
+The flow of a Relay BYOC backend (see :mod:`_common.relay_byoc`) on QDQ ONNX models whose
 weights are fp32 initializers feeding ``QuantizeLinear``::
 
     import_relay -> FakeQuantizationToInteger          qnn.conv2d(x, qnn.quantize(<fp32 const>), ...)
@@ -37,9 +37,9 @@ from tvm import relay
 
 import fold_guard.relay as fgr
 from fold_guard import Reason
-from fold_guard.testing import onnx_models
-from fold_guard.testing import relay_byoc as byoc
-from fold_guard.testing.relay_byoc import NPU_TARGET, Offload
+from _common import onnx_models
+from _common import relay_byoc as byoc
+from _common.relay_byoc import NPU_TARGET, Offload
 
 POLICY = "qdq-accelerator"
 
@@ -295,8 +295,8 @@ def test_the_module_pass_folds_named_external_functions_like_fold_function(flow:
 def test_partitioned_modules_build_and_run_like_the_unfolded_module(flow: Flow) -> None:
     """Both partitions build with the test codegen and run to the unfolded module's output.
 
-    Partition-first: the codegen folds each external function with the backend policy (the brief's
-    "FoldConstant on the external function" flow); fold-first: it receives int8 weights already.
+    Partition-first: the codegen folds each external function with the backend policy (RFC.md,
+    Appendix A: ``fold_function`` in a codegen hook); fold-first: it receives int8 weights already.
     Without a policy the codegen refuses a partition-first function (its weights are quantize calls),
     as an NPU compiler would.
     """

@@ -17,7 +17,7 @@ import tvm
 from tvm import relay
 
 import fold_guard.relay as fgr
-from fold_guard.testing import onnx_models as om
+from _common import onnx_models as om
 
 
 # Every test here runs the fold-guard command in a fresh process (seconds each): full lane only.

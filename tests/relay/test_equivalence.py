@@ -1,4 +1,4 @@
-"""Guarantees 1, 2 and 4 of the brief on the unannotated Relay corpus.
+"""RFC.md, guarantees 1, 2 and 4, on the unannotated Relay corpus.
 
 1. ``fold_guard.relay.FoldConstant()`` gives exactly stock ``relay.transform.FoldConstant()``'s
    output, and policy ``"fold-qnn"`` exactly ``FoldConstant(fold_qnn=True)``'s. Structural

@@ -1,6 +1,6 @@
 """After FakeQuantizationToInteger: ``allow_constant_qnn`` + one ``FoldConstant`` on a QDQ ONNX CNN.
 
-The flow the issue asks for, on the reference model of :mod:`fold_guard.testing.onnx_models`::
+The flow the issue asks for, on the reference model of :mod:`_common.onnx_models`::
 
     make_qdq_cnn(0, float_weights=True)        QuantizeLinear(<fp32 weight>) -> DequantizeLinear -> Conv
     relay.frontend.from_onnx + bind params      qnn.quantize(<fp32 const>) -> qnn.dequantize -> nn.conv2d
@@ -25,7 +25,7 @@ import tvm
 from tvm import relay
 
 import fold_guard.relay as fgr
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 from relay_ir import op_calls
 

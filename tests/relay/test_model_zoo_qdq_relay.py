@@ -1,4 +1,4 @@
-"""The residual CNN and the transformer block of :mod:`fold_guard.testing.onnx_models` on Relay.
+"""The residual CNN and the transformer block of :mod:`_common.onnx_models` on Relay.
 
 For each model, on hhb-tvm (TVM 0.16): ``import_relay`` keeps every weight as
 ``qnn.dequantize(<int8 constant>)`` (``qnn.quantize(<fp32 constant>)`` with ``float_weights=True``);
@@ -29,7 +29,7 @@ import tvm
 from tvm import relay
 from tvm.contrib import graph_executor
 
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 from relay_ir import op_calls
 

@@ -32,7 +32,7 @@ from tvm.relay import qnn
 
 import fold_guard.relay as fgr
 from fold_guard import Reason
-from fold_guard.testing.onnx_models import run_relay
+from _common.onnx_models import run_relay
 
 from relay_ir import op_calls
 

@@ -21,7 +21,7 @@ import tvm
 from tvm import relay
 
 import fold_guard.relay as fgr
-from fold_guard.testing import onnx_models
+from _common import onnx_models
 
 from relay_ir import op_calls
 

@@ -15,7 +15,7 @@ import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Reason
 from fold_guard.relay import _evaluate
-from fold_guard.testing.reliability import check_concurrent_like_sequential
+from support.reliability import check_concurrent_like_sequential
 
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)

@@ -21,7 +21,8 @@ from tvm import relay
 from tvm.contrib import graph_executor
 
 import fold_guard.relay as fgr
-from fold_guard.testing import onnx_models, relay_byoc, tflite_models
+from _common import onnx_models, relay_byoc
+from support import tflite_models
 
 from relay_ir import op_calls
 
@@ -121,7 +122,7 @@ def test_annotate_binds_the_frontend_params_and_places_nothing(model: tflite_mod
         dtype_dict={tflite_models.INPUT_NAME: "float32"},
     )
     assert params  # the weights arrive as parameters, not constants
-    annotated = fgr.annotate(raw, params, policy=policy)
+    annotated = fgr.annotate(raw, params=params, policy=policy)
     assert annotated.placed == ()
     # a fresh import: stock FoldConstant(fold_qnn=True) above rewrote the fixture's requantize attrs
     tvm.ir.assert_structural_equal(annotated.mod, tflite_models.import_tflite_relay(model), map_free_vars=True)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 import pytest
 import tvm
 
-from .. import Action, FoldPolicy, Rule, policy_registry_scope, register_policy
+from fold_guard import Action, FoldPolicy, Rule, policy_registry_scope, register_policy
 
 __all__ = ["Kind", "check_kind", "check_concurrent_like_sequential", "keep_exp_policy", "register_twice"]
 

@@ -434,7 +434,7 @@ class QnnNpuCodegen:
                 executor.get_output(index).copyto(array)
 
         # The LLVM function under the external symbol calls ``run`` through the global registry.
-        runner = f"fold_guard.testing.{self.target}.{symbol}"
+        runner = f"relay_byoc.{self.target}.{symbol}"
         tvm.register_func(runner, run, override=True)
         self.runners.append(runner)
         inputs = [

@@ -33,7 +33,7 @@ into plain Relax so that it builds and runs on the CPU, to check that partitioni
 
 Examples
 --------
->>> from fold_guard.testing import relax_byoc
+>>> from _common import relax_byoc
 >>> [pattern.name for pattern in relax_byoc.qdq_pattern_table()]
 ['qdq_npu.conv2d_bias', 'qdq_npu.conv2d', 'qdq_npu.matmul_bias', 'qdq_npu.matmul']
 """
@@ -52,7 +52,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 # Importing fold_guard.relax registers relax.fold_barrier, which the patterns name.
-from ..relax import _compat
+import fold_guard.relax  # noqa: F401
+
+#: What apache-tvm 0.27 calls a constant (``relax.Constant`` in earlier releases).
+_Constant = tvm.ir.GenericConst
 
 __all__ = [
     "BIAS_DTYPE",
@@ -123,8 +126,11 @@ def _make_pattern(op_name: str, with_bias: bool, look_through_barrier: bool) -> 
 
 
 def _dtype(expr: relax.Expr) -> Optional[str]:
-    ty = _compat.type_of(expr)
-    return _compat.dtype_of(ty) if isinstance(ty, _compat.TensorType) else None
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType):
+        return None
+    dtype = ty.dtype
+    return "" if dtype is None else str(getattr(dtype, "dtype", dtype))
 
 
 def _is_call(expr: Optional[relax.Expr], op_name: str) -> bool:
@@ -224,7 +230,7 @@ def _shared_activation_dequantizes(func: relax.Function) -> Dict[relax.Var, rela
     for binding in _bindings(func.body):
         value = binding.value
         if isinstance(binding.var, relax.DataflowVar) and _is_call(value, _DEQUANTIZE):
-            if not _compat.is_constant(value.args[0]):
+            if not isinstance(value.args[0], _Constant):
                 candidates[binding.var] = value
         if isinstance(value, relax.Call):
             for arg in value.args:
@@ -254,7 +260,7 @@ class _Dedicate(PyExprMutator):
                         # matches to the same (last) variable.
                         shared = self.visit_expr(self.shared[arg])
                         copy = relax.Call(shared.op, shared.args, shared.attrs, shared.ty_args, shared.span)
-                        arg = self.builder_.emit(copy, name_hint=_compat.var_name(arg))
+                        arg = self.builder_.emit(copy, name_hint=arg.name)
                     else:
                         self.used.add(arg)
                 args.append(arg)
@@ -414,9 +420,9 @@ def _weight_constant(
     data = _resolve(weight.args[0], values)
     if _is_call(data, _BARRIER):
         data = _resolve(data.args[0], values)
-    if through_quantize and _is_call(data, _QUANTIZE) and _compat.is_constant(_resolve(data.args[0], values)):
+    if through_quantize and _is_call(data, _QUANTIZE) and isinstance(_resolve(data.args[0], values), _Constant):
         return data
-    if _compat.is_constant(data) and (_dtype(data) or "").startswith(("int", "uint")):
+    if isinstance(data, _Constant) and (_dtype(data) or "").startswith(("int", "uint")):
         return data
     return None
 
@@ -527,7 +533,7 @@ def composite_weights(mod: tvm.IRModule) -> List[Tuple[str, np.ndarray]]:
         for call, values in _quantized_op_calls(func):
             constant = _weight_constant(call, values)
             if constant is not None:
-                weights.append((composite, _compat.constant_array(constant).numpy()))
+                weights.append((composite, constant.value.numpy()))
     return weights
 
 

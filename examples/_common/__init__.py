@@ -1,0 +1,13 @@
+"""The models and backends the examples, the benchmarks and the tests share; not part of fold_guard.
+
+- :mod:`_common.onnx_models`: the reproducible QDQ ONNX models (``onnx.helper``, quantized by
+  ``onnxruntime.quantization``), their Relax and Relay imports, and reference runners;
+- :mod:`_common.relax_byoc` and :mod:`_common.relay_byoc`: two fictional BYOC backends (pattern
+  tables, partitioning, offload counts) for Relax and Relay;
+- :mod:`_common.codegen_input`: a pass instrument that keeps the module VM codegen receives.
+
+They need the ``examples`` extra (``onnx``, ``onnxruntime``) and live here, not in the installed
+package. An example run as ``python examples/<name>.py`` finds them as ``_common`` (``examples/``
+is its ``sys.path[0]``); the benchmarks put ``examples/`` on ``sys.path`` themselves, and pytest
+does through ``pythonpath`` in ``pyproject.toml``.
+"""

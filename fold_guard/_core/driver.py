@@ -1,0 +1,94 @@
+"""The plan -> evaluate -> re-plan loop both adapters run, with the adapter's evaluation as a callback.
+
+An adapter can only find out that a call cannot be evaluated by trying (a kernel that fails to
+build, an interpreter that raises). The planner then has to decide again: the failed call is kept
+(``Reason.EVAL_FAILED``) and what reads it no longer folds. The loop, stated once:
+
+1. plan with every failure known so far;
+2. let the adapter evaluate each folded call that has no value yet, skipping any call with an
+   input that has no value (:func:`pending`: that input failed in this round, so the re-plan
+   keeps the call);
+3. if some evaluation failed, record the failures and go back to 1, else the plan is final.
+
+Values already computed stay valid across rounds: a re-plan only ever folds fewer calls, and a
+call that still folds reads the same constants. The loop ends because every round adds at least
+one failure and a node fails at most once.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Container, Dict, Iterator, Mapping, Optional, Tuple
+
+from .graph import FoldGraph, FoldNode, InputKind
+from .planner import FoldPlan, plan_folds
+from .policy import FoldPolicy
+
+__all__ = ["Evaluate", "evaluate_until_stable", "has_inputs", "pending"]
+
+#: The adapter's evaluation step: evaluate every folded node of the plan that has no value yet
+#: (keeping the values itself) and return the nodes whose evaluation failed, with the error text.
+Evaluate = Callable[[FoldPlan], Mapping[int, str]]
+
+
+def has_inputs(node: FoldNode, values: Container[int]) -> bool:
+    """Whether every node input of ``node`` has a value in ``values`` (node ids).
+
+    A folded node reads only folded nodes, so an input without a value failed to evaluate in this
+    round: the node is skipped, and the re-plan keeps it.
+    """
+    return all(inp.kind is not InputKind.NODE or inp.source in values for inp in node.inputs)
+
+
+def evaluate_until_stable(
+    plan: FoldPlan,
+    policy: FoldPolicy,
+    evaluate: Evaluate,
+    *,
+    eval_failures: Optional[Mapping[int, str]] = None,
+) -> Tuple[FoldPlan, Dict[int, str]]:
+    """Evaluate ``plan`` through ``evaluate``, re-planning under ``policy`` until nothing fails.
+
+    ``plan`` is the first plan, made with ``eval_failures`` (failures known before: an adapter
+    that lowers again carries them over); the adapter makes it itself, so that it can prepare
+    what that plan needs (compile its kernels) before the first evaluation. Returns the final
+    plan and every failure, old and new.
+
+    >>> from fold_guard._core.graph import FoldNode, NodeInput, TensorInfo
+    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> t = TensorInfo.of("float32", (4,))
+    >>> a = FoldNode(0, "exp", "a", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,))
+    >>> b = FoldNode(1, "log", "b", "main", (NodeInput(InputKind.NODE, "a", t, 0),), (t,))
+    >>> values = {}
+    >>> def evaluate(plan):
+    ...     failed = {}
+    ...     for node in pending(plan, values):
+    ...         if node.op == "exp":
+    ...             failed[node.id] = "no kernel"
+    ...         else:
+    ...             values[node.id] = "value"
+    ...     return failed
+    >>> first = plan_folds(FoldGraph((a, b)), DEFAULT_POLICY)
+    >>> plan, failures = evaluate_until_stable(first, DEFAULT_POLICY, evaluate)
+    >>> [d.reason.text for d in plan.decisions], failures
+    (['evaluation failed', 'not constant'], {0: 'no kernel'})
+    """
+    failures: Dict[int, str] = dict(eval_failures or {})
+    new_failures = evaluate(plan)
+    while new_failures:
+        failures.update(new_failures)
+        plan = plan_folds(plan.graph, policy, eval_failures=failures)
+        new_failures = evaluate(plan)
+    return plan, failures
+
+
+def pending(plan: FoldPlan, values: Container[int]) -> Iterator[FoldNode]:
+    """The folded nodes of ``plan`` to evaluate now, in topological order.
+
+    A node that already has a value in ``values`` is skipped, and so is one with an input that has
+    none (:func:`has_inputs`). ``values`` is read as the iteration goes, so an adapter that fills
+    it node by node sees each new value at once.
+    """
+    for decision in plan.folded:
+        node = plan.graph.nodes[decision.node]
+        if node.id not in values and has_inputs(node, values):
+            yield node

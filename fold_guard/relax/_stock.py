@@ -1,0 +1,138 @@
+"""What the Relax adapter copies from stock ``relax.transform.FoldConstant``: the TVM-upgrade surface.
+
+Under the ``default`` policy fold_guard's output must be structurally equal to the stock pass's
+(``src/relax/transform/fold_constant.cc``), so every rule of the stock pass that decides *whether*
+a call folds, or *how* the function is rewritten around what folded, is stated here and nowhere
+else. On a TVM upgrade, re-check this module against the new ``fold_constant.cc``:
+
+* **dataflow only**: operators fold only inside dataflow blocks; ``call_tir`` of a module
+  PrimFunc folds in any block;
+* **creation size**: a call with no tensor argument (a creation op such as ``zeros``) whose static
+  result has more than 1024 elements is not folded (``ShouldBeFolded``);
+* **single TIR call**: an operator folds only when ``LegalizeOps`` turns it into exactly one
+  ``call_tir`` without symbolic shape arguments;
+* **scalar legalization**: stock legalizes the call as it stands, so scalar constant operands reach
+  the legalizer as constants; some legalizers (``astype``) then return a constant instead of a
+  TIR call, which stock does not fold. Whether that happens is decided by legalizing once with
+  the scalars as constants (:func:`needs_scalar_decision`);
+* **rewrite**: a folded binding becomes ``v = constant``; every use of a variable bound to a
+  constant becomes the constant; operator calls (not ``call_tir``, not large creations) get
+  variables bound to a ``ShapeExpr`` substituted into their arguments
+  (:func:`substitutes_shape_arguments`); ``remove_all_unused`` then drops dead bindings of every
+  function.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import tvm
+from tvm import relax
+
+from . import _compat
+
+__all__ = [
+    "CALL_TIR_OP",
+    "TENSOR_TO_SHAPE_OP",
+    "STOCK_MAX_CREATION_ELEMENTS",
+    "RULE_DATAFLOW_ONLY",
+    "RULE_LARGE_CREATION",
+    "default_decision",
+    "is_large_creation",
+    "legalized_call_tir",
+    "needs_scalar_decision",
+    "not_legalized_rule",
+    "substitutes_shape_arguments",
+]
+
+#: The ops stock treats apart from other operators (the adapter's table of IR op names).
+CALL_TIR_OP = "relax.call_tir"
+TENSOR_TO_SHAPE_OP = "relax.tensor_to_shape"
+
+#: Stock FoldConstant (``ShouldBeFolded``) leaves creation ops above this many elements alone.
+STOCK_MAX_CREATION_ELEMENTS = 1024
+
+RULE_DATAFLOW_ONLY = "relax folds operators only inside dataflow blocks (call_tir folds anywhere)"
+RULE_LARGE_CREATION = (
+    f"relax does not fold a creation op whose result has more than {STOCK_MAX_CREATION_ELEMENTS} elements"
+)
+
+
+def default_decision(*, is_operator: bool, is_call_tir: bool, in_dataflow: bool, call: relax.Call) -> Tuple[bool, str]:
+    """``(default_fold, default_rule)``: whether stock folds the call once its inputs are constant.
+
+    ``is_operator`` is true for an operator call fold_guard evaluates (``tensor_to_shape``
+    included: it reads a tensor, so it is never a creation), ``is_call_tir`` for ``call_tir`` of a
+    module PrimFunc. Legalization can still take a fold away (:func:`not_legalized_rule`).
+    """
+    if is_operator and not in_dataflow:
+        return False, RULE_DATAFLOW_ONLY
+    if (is_operator or is_call_tir) and is_large_creation(call):
+        return False, RULE_LARGE_CREATION
+    return True, ""
+
+
+def not_legalized_rule(op: str, why: str) -> str:
+    """The default rule of an operator stock does not fold because of how it legalizes."""
+    return f"relax: {op} {why}; stock does not fold it"
+
+
+def _contains_tensor(expr: relax.Expr) -> bool:
+    if isinstance(_compat.type_of(expr), _compat.TensorType):
+        return True
+    return isinstance(expr, relax.Tuple) and any(_contains_tensor(f) for f in expr.fields)
+
+
+def is_large_creation(call: relax.Call) -> bool:
+    """Stock ``ShouldBeFolded``: a call with no tensor argument and a static result > 1024 elements."""
+    ty = _compat.type_of(call)
+    shape = _compat.static_shape(ty)
+    if shape is None:
+        return False
+    elements = 1
+    for dim in shape:
+        if dim is None or dim <= 0:
+            return False  # as stock: symbolic or empty shapes are never "too large"
+        elements *= dim
+    if elements <= STOCK_MAX_CREATION_ELEMENTS:
+        return False
+    return not any(_contains_tensor(arg) for arg in call.args)
+
+
+def needs_scalar_decision(leaf_shapes: Sequence[Optional[Tuple[Optional[int], ...]]]) -> bool:
+    """Whether a call's stock fold depends on legalizing it with its scalar operands as constants.
+
+    Only a 0-d operand is given to the legalizer as a constant by the stock pass in a way that
+    changes what it returns; what it returns then depends on the operands being constants, not
+    on their values, so one such legalization decides for every call of an op signature.
+    """
+    return any(len(shape or ()) == 0 for shape in leaf_shapes)
+
+
+def legalized_call_tir(func: relax.Function) -> Tuple[Optional[relax.Call], str]:
+    """The single ``call_tir`` ``func`` (one legalized call) consists of, or None and why not.
+
+    Stock folds an operator only when ``LegalizeOps`` gives exactly one TIR call, and only when
+    that call passes no symbolic shape values (``tir_vars``).
+    """
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    if len(bindings) != 1:
+        return None, f"legalizes to {len(bindings)} bindings, not a single TIR call"
+    value = bindings[0].value
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == CALL_TIR_OP):
+        kind = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else type(value).__name__
+        return None, f"legalizes to {kind}, not a TIR call"
+    if len(value.args) > 2:
+        return None, "legalized call_tir passes symbolic shape values (tir_vars)"
+    return value, ""
+
+
+def substitutes_shape_arguments(call: relax.Call) -> bool:
+    """Whether the rewrite substitutes ``ShapeExpr``-bound variables into ``call``'s arguments.
+
+    Stock does it for every operator call except ``call_tir`` and the large creations it does not
+    fold.
+    """
+    if not isinstance(call.op, tvm.ir.Op):
+        return False
+    return call.op.name != CALL_TIR_OP and not is_large_creation(call)
