@@ -24,9 +24,10 @@
 #   The markers are declared in pyproject.toml (--strict-markers); `-m slow`, `-m stock` or any
 #   other -m among the pytest arguments replaces the lane's selection.
 #
-#   No suite name: both, one after the other. The second runs even if the first's tests fail
-#   (a broken setup still stops at once), and the exit status is non-zero if either failed or
-#   the lint step did.
+#   No suite name: both; in the full lane one after the other (the second runs even if the
+#   first's tests fail; a broken setup still stops at once), in the fast lane side by side, one
+#   pytest process each, output printed per suite when it is done. The exit status is non-zero
+#   if either failed or the lint step did.
 #   Pytest arguments (-x, -k NAME, ...) go to every suite run.
 #   PYTHON311 / PYTHON310 choose the interpreters.
 set -euo pipefail
@@ -162,14 +163,8 @@ declare -A PYTHON=([relax]=.venv/bin/python [relay]=.venv310/bin/python)
 declare -A RESULT=()
 status=0
 passed=0 failed=0 skipped=0
-for i in "${!SUITES[@]}"; do
-    suite="${SUITES[$i]}"
-    header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
-    "setup_$suite"
-    if [ "$LANE" = full ] && [ "$suite" = relax ]; then
-        run_lint || status=1
-    fi
-    if "run_$suite" "$@"; then code=0; else code=$?; fi
+record() {  # suite, pytest exit status
+    local suite="$1" code="$2" p f s
     [ "$code" -eq 0 ] || status=1
     if [ -f "$RESULTS/$suite.xml" ]; then
         read -r p f s < <(count_tests "${PYTHON[$suite]}" "$RESULTS/$suite.xml")
@@ -178,7 +173,39 @@ for i in "${!SUITES[@]}"; do
     else
         RESULT[$suite]="no report (pytest exit status $code)"
     fi
-done
+}
+
+if [ "$LANE" = fast ] && [ "${#SUITES[@]}" -gt 1 ]; then
+    # Fast lane, both suites: set both up, then run them side by side (one pytest process each,
+    # on a machine with two cores or more) and print each one's output when it is done.
+    declare -A PID=()
+    for suite in "${SUITES[@]}"; do
+        header "setup: ${TITLE[$suite]}"
+        "setup_$suite"
+    done
+    for suite in "${SUITES[@]}"; do
+        "run_$suite" "$@" >"$RESULTS/$suite.log" 2>&1 &
+        PID[$suite]=$!
+    done
+    for i in "${!SUITES[@]}"; do
+        suite="${SUITES[$i]}"
+        if wait "${PID[$suite]}"; then code=0; else code=$?; fi
+        header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
+        cat "$RESULTS/$suite.log"
+        record "$suite" "$code"
+    done
+else
+    for i in "${!SUITES[@]}"; do
+        suite="${SUITES[$i]}"
+        header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
+        "setup_$suite"
+        if [ "$LANE" = full ] && [ "$suite" = relax ]; then
+            run_lint || status=1
+        fi
+        if "run_$suite" "$@"; then code=0; else code=$?; fi
+        record "$suite" "$code"
+    done
+fi
 
 header "summary ($LANE lane)"
 [ -z "$LINT" ] || echo "lint: $LINT"
