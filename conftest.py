@@ -145,7 +145,17 @@ def pytest_report_header() -> List[str]:
     return _describe()
 
 
+#: pyproject's default selection (its addopts): plain ``pytest`` is the fast lane.
+FAST_LANE = "not slow and not stock"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    deselected = len(terminalreporter.stats.get("deselected", []))
+    if config.getoption("markexpr", "") == FAST_LANE and deselected:
+        terminalreporter.write_line(
+            f"fold_guard: fast lane ({deselected} deselected): tests marked slow or stock are "
+            "left out; -m '' selects every test (bash scripts/test.sh, the full lane, does)"
+        )
     # Repeated at the end: the header scrolls away, and a smaller count than expected should be
     # explained right where the count is printed.
     if not LEFT_OUT:

@@ -1,20 +1,43 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI (.ci/run) and the README run it: two environments, because the two
-# adapters need TVM builds that cannot be installed side by side.
+# The test suite in two environments, because the two adapters need TVM builds that cannot be
+# installed side by side:
 #
 #   relax: Relax + core + repository checks. Python 3.11, .venv, pip install -e ".[test]"
-#          (apache-tvm 0.27; mypy, codespell, onnxruntime for the type, spelling, example checks).
+#          (apache-tvm 0.27; mypy, codespell, ruff, onnxruntime for the type, spelling, lint and
+#          example checks).
 #   relay: Relay + core. Python 3.10, .venv310, tests/relay/requirements.txt (hhb-tvm 3.2.3 =
 #          TVM 0.16 with Relay and QNN) and fold_guard itself (pyproject asks for apache-tvm only
 #          on Python >= 3.11).
 #
-# Usage: bash scripts/test.sh [relax|relay] [pytest arguments...]
-#   No suite name: both, one after the other. The second runs even if the first's tests fail
-#   (a broken setup still stops at once), and the exit status is non-zero if either failed.
+# Usage: bash scripts/test.sh [full|fast] [relax|relay] [pytest arguments...]
+#
+# Two lanes:
+#   full  (the default; what CI (.ci/run) and the README run): every test of both suites, with
+#         `pytest -m ""`, plus the lint step in the Relax environment: `ruff check` and
+#         `ruff format --check` (configured in pyproject.toml). The environments are (re)made
+#         first, idempotently.
+#   fast  (for development; the same selection plain `pytest` makes in either environment):
+#         pyproject's addopts leave out the tests marked `slow` (whole models, seconds each)
+#         and `stock` (canaries of TVM's own behaviour, no fold_guard code under test). No lint
+#         step; an environment that already exists is used as it is (delete it, or run the full
+#         lane, to re-install).
+#   The markers are declared in pyproject.toml (--strict-markers); `-m slow`, `-m stock` or any
+#   other -m among the pytest arguments replaces the lane's selection.
+#
+#   No suite name: both; in the full lane one after the other (the second runs even if the
+#   first's tests fail; a broken setup still stops at once), in the fast lane side by side, one
+#   pytest process each, output printed per suite when it is done. The exit status is non-zero
+#   if either failed or the lint step did.
 #   Pytest arguments (-x, -k NAME, ...) go to every suite run.
 #   PYTHON311 / PYTHON310 choose the interpreters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+LANE=full
+if [ "$#" -gt 0 ] && { [ "$1" = full ] || [ "$1" = fast ]; }; then
+    LANE="$1"
+    shift
+fi
 
 SUITES=(relax relay)
 if [ "$#" -gt 0 ] && { [ "$1" = relax ] || [ "$1" = relay ]; }; then
@@ -42,11 +65,18 @@ header() {
     printf '\n==================== %s ====================\n' "$1"
 }
 
+# In the fast lane an existing environment is used as it is.
+reuse_env() {
+    [ "$LANE" = fast ] && [ -x "$1/bin/python" ]
+}
+
 setup_relax() {
     local python
-    python="$(find_python 3.11 "${PYTHON311:-}")"
-    "$python" -m venv .venv
-    .venv/bin/pip install -q -e ".[test]"
+    if ! reuse_env .venv; then
+        python="$(find_python 3.11 "${PYTHON311:-}")"
+        "$python" -m venv .venv
+        .venv/bin/pip install -q -e ".[test]"
+    fi
     # The drawing tests (tests/relax/test_cli_draw.py) open fold-guard's HTML in Debian's headless
     # Chromium through Playwright; `playwright install` would download a browser, which fails here.
     if [ ! -x /usr/bin/chromium ]; then
@@ -63,10 +93,12 @@ print(f"tvm {tvm.__version__}")'
 
 setup_relay() {
     local python
-    python="$(find_python 3.10 "${PYTHON310:-}")"
-    "$python" -m venv .venv310
-    .venv310/bin/pip install -q -r tests/relay/requirements.txt
-    .venv310/bin/pip install -q -e .
+    if ! reuse_env .venv310; then
+        python="$(find_python 3.10 "${PYTHON310:-}")"
+        "$python" -m venv .venv310
+        .venv310/bin/pip install -q -r tests/relay/requirements.txt
+        .venv310/bin/pip install -q -e .
+    fi
     .venv310/bin/python -c '
 import importlib.metadata, importlib.util, sys, tvm
 if importlib.util.find_spec("tvm.relay") is None:
@@ -83,14 +115,29 @@ print(f"tvm {tvm.__version__} (tvm.relay present)")'
 RESULTS="$(mktemp -d)"
 trap 'rm -rf "$RESULTS"' EXIT
 
+# The full lane selects every test; the fast lane keeps pyproject's default selection.
+LANE_ARGS=()
+[ "$LANE" = full ] && LANE_ARGS=(-m "")
+
 run_relax() {
     .venv/bin/python -m pytest tests fold_guard examples/_common --ignore=tests/relay --ignore=fold_guard/relay \
-        --junitxml="$RESULTS/relax.xml" "$@"
+        --junitxml="$RESULTS/relax.xml" "${LANE_ARGS[@]}" "$@"
 }
 
 run_relay() {
     .venv310/bin/python -m pytest tests/core tests/relay tests/support fold_guard examples/_common --ignore=fold_guard/relax \
-        --junitxml="$RESULTS/relay.xml" "$@"
+        --junitxml="$RESULTS/relay.xml" "${LANE_ARGS[@]}" "$@"
+}
+
+# The lint step (full lane, Relax environment): both checks run, each says what it found.
+LINT=""
+run_lint() {
+    local code=0
+    header "lint: ruff check, ruff format --check (pyproject.toml [tool.ruff])"
+    .venv/bin/ruff check --output-format concise . || code=1
+    .venv/bin/ruff format --check . || code=1
+    if [ "$code" -eq 0 ]; then LINT="passed"; else LINT="failed (see the lint step above)"; fi
+    return "$code"
 }
 
 # "passed failed skipped" of one run, from its JUnit report (failed counts errors too).
@@ -116,11 +163,8 @@ declare -A PYTHON=([relax]=.venv/bin/python [relay]=.venv310/bin/python)
 declare -A RESULT=()
 status=0
 passed=0 failed=0 skipped=0
-for i in "${!SUITES[@]}"; do
-    suite="${SUITES[$i]}"
-    header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
-    "setup_$suite"
-    if "run_$suite" "$@"; then code=0; else code=$?; fi
+record() {  # suite, pytest exit status
+    local suite="$1" code="$2" p f s
     [ "$code" -eq 0 ] || status=1
     if [ -f "$RESULTS/$suite.xml" ]; then
         read -r p f s < <(count_tests "${PYTHON[$suite]}" "$RESULTS/$suite.xml")
@@ -129,9 +173,42 @@ for i in "${!SUITES[@]}"; do
     else
         RESULT[$suite]="no report (pytest exit status $code)"
     fi
-done
+}
 
-header "summary"
+if [ "$LANE" = fast ] && [ "${#SUITES[@]}" -gt 1 ]; then
+    # Fast lane, both suites: set both up, then run them side by side (one pytest process each,
+    # on a machine with two cores or more) and print each one's output when it is done.
+    declare -A PID=()
+    for suite in "${SUITES[@]}"; do
+        header "setup: ${TITLE[$suite]}"
+        "setup_$suite"
+    done
+    for suite in "${SUITES[@]}"; do
+        "run_$suite" "$@" >"$RESULTS/$suite.log" 2>&1 &
+        PID[$suite]=$!
+    done
+    for i in "${!SUITES[@]}"; do
+        suite="${SUITES[$i]}"
+        if wait "${PID[$suite]}"; then code=0; else code=$?; fi
+        header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
+        cat "$RESULTS/$suite.log"
+        record "$suite" "$code"
+    done
+else
+    for i in "${!SUITES[@]}"; do
+        suite="${SUITES[$i]}"
+        header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
+        "setup_$suite"
+        if [ "$LANE" = full ] && [ "$suite" = relax ]; then
+            run_lint || status=1
+        fi
+        if "run_$suite" "$@"; then code=0; else code=$?; fi
+        record "$suite" "$code"
+    done
+fi
+
+header "summary ($LANE lane)"
+[ -z "$LINT" ] || echo "lint: $LINT"
 for suite in "${SUITES[@]}"; do
     echo "$suite: ${RESULT[$suite]}"
 done

@@ -5,7 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# Each test runs an example script end to end (tens of seconds): full lane only.
+pytestmark = pytest.mark.slow
 
 
 def test_qdq_example_keeps_weight_patterns_and_matches_onnxruntime() -> None:

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_mypy_finds_no_type_errors() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "fold_guard", "--ignore-missing-imports"],

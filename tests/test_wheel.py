@@ -45,6 +45,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
         yield archive
 
 
+@pytest.mark.slow
 def test_wheel_holds_the_package_files_and_nothing_else(wheel: zipfile.ZipFile) -> None:
     names = wheel.namelist()
     dist_info = {name for name in names if name.split("/")[0].endswith(".dist-info")}
@@ -61,6 +62,7 @@ def test_wheel_holds_the_package_files_and_nothing_else(wheel: zipfile.ZipFile) 
     assert "fold-guard = fold_guard.cli:main" in wheel.read(next(n for n in dist_info if n.endswith("/entry_points.txt"))).decode()
 
 
+@pytest.mark.slow
 def test_wheel_modules_import_no_fixture_and_no_test_dependency(wheel: zipfile.ZipFile) -> None:
     imported = {}
     for name in wheel.namelist():

@@ -66,7 +66,7 @@ def test_qdq_accelerator_keeps_quantized_ops_even_composed_before_fold_qnn():
 
 def test_qdq_accelerator_folds_relay_qnn_quantize_of_weights():
     g = G()
-    w_q, _ = qdq_weight(g, "qnn")
+    qdq_weight(g, "qnn")  # adds w_q and w to g
     plan = plan_folds(g.build(), QDQ_ACCELERATOR_POLICY)
     assert summary(plan)["w_q"] == "FOLDED fold-quantize-of-constant"
     assert summary(plan)["w"] == "KEPT_BY_POLICY keep-dequantize-of-integer-constant"

@@ -1003,8 +1003,8 @@ def unused_const_binding():
         @R.function
         def main(x: R.Tensor((8,), "float32"), c0: R.Tensor((8,), "float32")):
             with R.dataflow():
-                lv0 = R.exp(c0)  # folds, then removed: nothing uses it
-                lv1 = R.sqrt(x)  # no fold, but removed: unused (RemoveAllUnused)
+                lv0 = R.exp(c0)  # noqa: F841 - folds, then removed: nothing uses it
+                lv1 = R.sqrt(x)  # noqa: F841 - no fold, but removed: unused (RemoveAllUnused)
                 gv = R.add(x, c0)  # no fold: runtime x
                 R.output(gv)
             return gv

@@ -44,6 +44,10 @@ WEIGHT_OPS = ("Conv", "Gemm", "MatMul")
 # ----------------------------------------------------------------------------------- helpers
 
 
+# Every test here builds, imports or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def _onnx_weight_ops(model) -> Tuple[int, int]:
     """(ops with a quantized constant weight, all Conv / Gemm / MatMul ops) in the ONNX graph.
 

@@ -61,6 +61,7 @@ def load_schema() -> dict:
 # inspect ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_inspect_json_matches_the_schema_and_the_library(model_files, name):
     result = run("inspect", str(model_files[name]), "--policy", "keep-qdq-weights", "--json")
@@ -82,6 +83,7 @@ def test_inspect_json_matches_the_schema_and_the_library(model_files, name):
     assert all(d["layer"] for d in decisions), [d["label"] for d in decisions if not d["layer"]]
 
 
+@pytest.mark.slow
 def test_inspect_text_is_grouped_and_names_onnx_layers(model_files):
     result = run("inspect", str(model_files["qdq_cnn"]), "-p", "keep-qdq-weights")
     assert result.returncode == 0, result.stderr
@@ -97,6 +99,7 @@ def test_inspect_text_is_grouped_and_names_onnx_layers(model_files):
     assert "main/lv5 [conv0] = relax.reshape -> float32[1, 8, 1, 1]: kept because an input was kept" in verbose
 
 
+@pytest.mark.slow
 def test_inspect_reads_tvm_json_and_tvmscript(model_files, tmp_path):
     mod = imported(model_files["qdq_cnn"])
     (tmp_path / "m.json").write_text(tvm.ir.save_json(mod))
@@ -110,6 +113,7 @@ def test_inspect_reads_tvm_json_and_tvmscript(model_files, tmp_path):
         assert report["counts"]["by_reason"] == {r.name.lower(): n for r, n in expected.items()}
 
 
+@pytest.mark.slow
 def test_policies_compose_in_order(model_files):
     result = run("inspect", str(model_files["qdq_cnn"]), "-p", "keep-qdq-weights", "-p", "size-guard", "--json")
     assert result.returncode == 0, result.stderr
@@ -120,6 +124,7 @@ def test_policies_compose_in_order(model_files):
 # fold ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_fold_writes_what_the_library_returns(model_files, tmp_path, name):
     out_json, out_py, report = tmp_path / "folded.json", tmp_path / "folded.py", tmp_path / "report.json"
@@ -135,6 +140,7 @@ def test_fold_writes_what_the_library_returns(model_files, tmp_path, name):
     tvm.ir.assert_structural_equal(namespace["Module"], expected)
 
 
+@pytest.mark.slow
 def test_fold_annotate_writes_the_annotated_module(model_files, tmp_path):
     out = tmp_path / "annotated.json"
     result = run("fold", str(model_files["qdq_cnn"]), "-p", "qdq-accelerator", "--annotate", "-o", str(out))
@@ -147,6 +153,7 @@ def test_fold_annotate_writes_the_annotated_module(model_files, tmp_path):
     assert json.loads(again.stdout)["counts"]["by_reason"]["kept_by_barrier"] == 25
 
 
+@pytest.mark.slow
 def test_fold_check_builds_and_compares(model_files, tmp_path):
     out = tmp_path / "checked.json"
     result = run("fold", str(model_files["residual_cnn"]), "-p", "keep-qdq-weights", "-o", str(out), "--check")
@@ -154,6 +161,7 @@ def test_fold_check_builds_and_compares(model_files, tmp_path):
     assert "check: same outputs" in result.stdout and out.exists()
 
 
+@pytest.mark.slow
 def test_fold_check_failure_exits_1_and_writes_nothing(model_files, tmp_path):
     """A tolerance nothing can meet makes the check fail: exit 1, and OUT is left alone."""
     out = tmp_path / "kept.json"
@@ -183,6 +191,7 @@ register_policy(FoldPolicy("test-npu", "a test backend", (
 '''
 
 
+@pytest.mark.slow
 def test_policies_lists_builtins_and_plugins(tmp_path):
     listing = run("policies", "--json")
     assert listing.returncode == 0, listing.stderr
@@ -194,6 +203,7 @@ def test_policies_lists_builtins_and_plugins(tmp_path):
     assert "test-npu: a test backend" in listing.stdout and "keep-every-dequantize" in listing.stdout
 
 
+@pytest.mark.slow
 def test_a_plugin_policy_can_be_used(model_files, tmp_path):
     (tmp_path / "my_npu_plugin.py").write_text(PLUGIN)
     result = run("inspect", str(model_files["qdq_cnn"]), "--plugin", "my_npu_plugin", "-p", "test-npu", "--json",
@@ -202,6 +212,7 @@ def test_a_plugin_policy_can_be_used(model_files, tmp_path):
     assert json.loads(result.stdout)["counts"]["by_reason"]["kept_by_policy"] == 10
 
 
+@pytest.mark.slow
 def test_version_and_help():
     assert run("--version").stdout.strip() == "fold-guard 0.1.0"
     for command in ("inspect", "fold", "draw", "policies", "demo"):
@@ -209,6 +220,7 @@ def test_version_and_help():
         assert result.returncode == 0 and f"usage: fold-guard {command}" in result.stdout
 
 
+@pytest.mark.slow
 def test_console_script_entry_point():
     script = Path(sys.executable).with_name("fold-guard")
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
@@ -267,6 +279,7 @@ def _bad_inputs(tmp_path: Path, model_files) -> List[tuple]:
     ]
 
 
+@pytest.mark.slow
 def test_bad_input_exits_2_with_one_line(model_files, tmp_path):
     for args, message in _bad_inputs(tmp_path, model_files):
         result = run(*args)
@@ -278,6 +291,7 @@ def test_bad_input_exits_2_with_one_line(model_files, tmp_path):
     assert not (tmp_path / "out.txt").exists()
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path):
     result = run("inspect", str(tmp_path / "missing.onnx"), "--debug")
     assert result.returncode != 0 and "Traceback" in result.stderr and "no such file" in result.stderr

@@ -71,6 +71,7 @@ def open_page(browser, path: Path):
     return page, problems, requests
 
 
+@pytest.mark.slow
 def test_html_plan_in_chromium(browser, cnn, tmp_path):
     out = tmp_path / "plan.html"
     draw(cnn, out, "keep-qdq-weights")
@@ -105,6 +106,7 @@ def test_html_plan_in_chromium(browser, cnn, tmp_path):
     page.close()
 
 
+@pytest.mark.slow
 def test_barriers_and_folds_are_drawn(browser, cnn, tmp_path):
     """An annotated module: every barrier is a thick-outlined red box; default folds show sizes."""
     annotated = tmp_path / "annotated.json"

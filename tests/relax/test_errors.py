@@ -72,7 +72,7 @@ def test_not_an_irmodule_through_the_pass():
 
     The error is a plain TypeError from TVM's FFI (clear, but not UnsupportedIRError).
     """
-    with pytest.raises(TypeError, match="Expected `RValueRef<ir.IRModule>` but got `relax.expr.Function`"):
+    with pytest.raises(TypeError, match=r"Expected `RValueRef<ir\.IRModule>` but got `relax\.expr\.Function`"):
         fgr.FoldConstant()(_function())
 
 

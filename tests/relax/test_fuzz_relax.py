@@ -169,7 +169,7 @@ def _op_counts(mod: tvm.IRModule) -> collections.Counter:
             name = node.op.name
             counts["creation" if name in ("relax.zeros", "relax.ones", "relax.full") else name] += 1
 
-    for gvar, func in mod.functions.items():
+    for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     return counts

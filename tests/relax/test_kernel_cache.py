@@ -74,6 +74,7 @@ def test_a_similar_model_reuses_the_kernels_it_shares(tmp_path):
     assert (other.report.kernels_compiled, other.report.kernels_cached) == (0, 3)
 
 
+@pytest.mark.slow
 def test_a_fresh_process_finds_the_kernels(tmp_path):
     script = textwrap.dedent(
         f"""
@@ -89,6 +90,7 @@ def test_a_fresh_process_finds_the_kernels(tmp_path):
     assert [run.stdout.split() for run in runs] == [["3", "0"], ["0", "3"]]
 
 
+@pytest.mark.slow
 def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "env"))
     for _ in range(2):
@@ -116,6 +118,7 @@ def test_the_pass_takes_the_cache_too(tmp_path):
     assert len(_libraries(tmp_path)) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])
 def test_damaged_library_is_detected_and_rebuilt(tmp_path, damage):
     mod = _module()
@@ -137,6 +140,7 @@ def test_damaged_library_is_detected_and_rebuilt(tmp_path, damage):
     assert _fold_checked(mod, tmp_path).report.kernels_cached == 3
 
 
+@pytest.mark.slow
 def test_damaged_index_entry_is_rebuilt(tmp_path):
     mod = _module()
     _fold_checked(mod, tmp_path)
@@ -147,6 +151,7 @@ def test_damaged_index_entry_is_rebuilt(tmp_path):
     assert (result.report.kernels_compiled, result.report.kernels_cached) == (1, 2)
 
 
+@pytest.mark.slow
 def test_size_bound_evicts_least_recently_used(tmp_path, monkeypatch):
     first, second = _module(8, 16), _module(5, 7)  # other shapes: other kernels
     monkeypatch.setenv(_kernel_cache.CACHE_MAX_BYTES_ENV, "1")
@@ -157,6 +162,7 @@ def test_size_bound_evicts_least_recently_used(tmp_path, monkeypatch):
     assert (again.report.kernels_compiled, again.report.kernels_cached) == (3, 0)
 
 
+@pytest.mark.slow
 def test_concurrent_processes_share_one_cache(tmp_path):
     script = textwrap.dedent(
         f"""

@@ -87,6 +87,7 @@ BUILDERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", sorted(BUILDERS))
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(count=st.integers(2, 4), seed=st.integers(0, 2**16), data=st.data())

@@ -43,6 +43,10 @@ Signature = Tuple[str, Tuple[int, ...]]  # (dtype, shape) of a constant
 # ----------------------------------------------------------------------------------- helpers
 
 
+# Every test here builds, imports or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def weights_among(signatures: List[Signature], dtype: str) -> List[Tuple[int, ...]]:
     """Sorted shapes of the weights among constants: in these models the only ones of rank >= 2."""
     return sorted(shape for dt, shape in signatures if dt == dtype and len(shape) >= 2)
@@ -146,6 +150,7 @@ def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
     assert {dtype for dtype, _ in dequantized} == {"int32"}
 
 
+@pytest.mark.stock
 @pytest.mark.parametrize("float_weights", [False, True], ids=["int8_weights", "float_weights"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_stock_fold_constant_folds_every_constant_qdq(name: str, float_weights: bool) -> None:

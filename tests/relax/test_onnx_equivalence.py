@@ -781,6 +781,7 @@ def test_graph_count():
     assert len(NAMES) >= 12
 
 
+@pytest.mark.stock
 @pytest.mark.parametrize("name", NAMES)
 def test_import_has_constants_to_fold(name):
     """Each graph is a real test of folding: stock changes the module."""
@@ -788,6 +789,7 @@ def test_import_has_constants_to_fold(name):
     assert not tvm_ffi.structural_equal(case["mod"], case["stock"]), "stock FoldConstant does nothing here"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _params(NAMES, KNOWN_MISMATCH))
 def test_matches_stock(name):
     case = _case(name)
@@ -801,6 +803,7 @@ def test_matches_stock(name):
         assert a.tobytes() == b.tobytes(), f"constant #{k} differs in its bits"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _params(NAMES, KNOWN_WRONG_OUTPUT))
 def test_numerics(name):
     case = _case(name)
@@ -820,6 +823,7 @@ def test_numerics(name):
             np.testing.assert_array_equal(a, e)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_strict_fold_does_not_raise(name):
     result = fgr.fold(_case(name)["mod"], strict=True)

@@ -110,6 +110,7 @@ def test_size_guard_reasons():
     assert [decisions[k].reason for k in ("sm", "st")] == [Reason.FOLDED] * 2
 
 
+@pytest.mark.slow
 def test_default_policy_folds_what_size_guard_keeps():
     """Sanity of the case: stock (and default) fold bc, tl and the 1024-element zeros."""
     stock = relax.transform.FoldConstant()(Growing)
@@ -316,6 +317,7 @@ def test_plan_agrees_with_fold(policy):
     assert result.report.plan.decisions == result.plan.decisions
 
 
+@pytest.mark.slow
 def test_weights_only_on_the_transformer_block_folds_exactly_the_weights_and_biases():
     """On a real QDQ transformer block: every matmul weight (with its transpose) and bias folds;
     the layer-norm parameters and the attention's constant factor, also dequantize(int const)

@@ -36,6 +36,10 @@ SEEDS = (1, 2, 3)
 # ----------------------------------------------------------------------------------- helpers
 
 
+# Every test here builds, imports or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def _bindings(mod):
     return [b for block in mod["main"].body.blocks for b in block.bindings]
 
@@ -116,6 +120,7 @@ def test_import_counts(model):
     assert len(_const_data_calls(model.imported, "relax.dequantize")) == 10 - n_quantize
 
 
+@pytest.mark.stock
 def test_stock_destroys_the_weight_pattern(model):
     assert _const_data_calls(model.stock, "relax.dequantize") == []
     assert _const_data_calls(model.stock, "relax.quantize") == []

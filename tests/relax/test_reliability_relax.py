@@ -160,6 +160,7 @@ def _qdq_module(rows: int) -> tvm.IRModule:
     return bb.get()
 
 
+@pytest.mark.slow
 def test_eight_threads_fold_like_one():
     """Eight threads folding at once (four distinct modules, and one module shared by four
     threads) give the sequential results and no error. Before the fix they failed intermittently

@@ -8,7 +8,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
+
+@pytest.mark.slow
 def test_unknown_tvm_release_is_refused_clearly():
     script = textwrap.dedent(
         """
@@ -29,6 +32,7 @@ def test_unknown_tvm_release_is_refused_clearly():
     assert "pip install 'apache-tvm==0.27.0.post1'" in result.stdout
 
 
+@pytest.mark.slow
 def test_relay_adapter_is_refused_clearly_on_a_tvm_without_relay():
     """apache-tvm 0.27 has no Relay: importing fold_guard.relay names the TVM and what to install.
 

@@ -119,6 +119,7 @@ def test_from_onnx_annotation_allows_every_weight_quantize(onnx_import):
     assert _count(relay.transform.FoldConstant(fold_qnn=True)(bound), "qnn.dequantize", constant_arg=True) == 0
 
 
+@pytest.mark.slow
 def test_from_onnx_annotated_module_runs_bit_identical(onnx_import):
     model, mod, params = onnx_import
     annotated = fgr.annotate(mod, params=params, policy="qdq-accelerator").mod

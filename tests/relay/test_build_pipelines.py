@@ -59,6 +59,10 @@ Runner = Callable[[Dict[str, np.ndarray]], List[np.ndarray]]
 # ----------------------------------------------------------------------------------- helpers
 
 
+# Every test here imports, builds or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def build_graph(mod: tvm.IRModule) -> Tuple[List[np.ndarray], Runner]:
     """``relay.build`` at opt level 3: the built params and a runner of the graph executor."""
     with tvm.transform.PassContext(opt_level=3):

@@ -59,6 +59,10 @@ BUILT = ["qdq_cnn", "residual_cnn"]
 # ----------------------------------------------------------------------------------- helpers
 
 
+# Every test here imports, builds or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def onnx_weight_count(model: Any) -> int:
     """QuantizeLinear nodes of the ONNX model that quantize a weight initializer (rank >= 2)."""
     ranks = {init.name: len(init.dims) for init in model.graph.initializer}
@@ -189,6 +193,7 @@ def test_fq2i_leaves_a_constant_quantize_on_every_weight(flow: Flow) -> None:
     assert all(is_quantize_of_constants(call.args[1]) for call in byoc.quantized_calls(flow.stock["main"]))
 
 
+@pytest.mark.stock
 def test_after_stock_fold_constant_nothing_is_offloaded(flow: Flow) -> None:
     partitioned = flow.partitioned["stock"]
     assert byoc.count_offloaded(partitioned) == Offload(total=flow.n, offloaded=0, int8_weights=0)

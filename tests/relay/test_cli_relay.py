@@ -20,6 +20,10 @@ import fold_guard.relay as fgr
 from _common import onnx_models as om
 
 
+# Every test here runs the fold-guard command in a fresh process (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("relay_cli") / "qdq_cnn.onnx"

@@ -15,11 +15,14 @@ What stock does to each module is pinned by ``test_corpus_stock.py``, which need
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import tvm
 from tvm import relay
 
+import fold_guard
 import fold_guard.relay as fgr
 from fold_guard._core.reasons import Reason
 
@@ -56,8 +59,10 @@ def _text(mod: tvm.IRModule) -> str:
     return mod.astext(show_meta_data=False)
 
 
-# Stock outputs are reused by several tests; every test builds its own input module, so no test
-# can see another's (possibly mutated) input.
+# Stock's output and ours are computed once per corpus case and policy, and read by several
+# tests. Each is computed from a module built for it alone, so no test can see another's
+# (possibly mutated) input, and the tests only read them (a test that builds a module hands
+# over a copy).
 _STOCK_OUT: dict[tuple[str, bool], tvm.IRModule] = {}
 
 
@@ -66,6 +71,46 @@ def _stock_out(name: str, fold_qnn: bool) -> tvm.IRModule:
     if key not in _STOCK_OUT:
         _STOCK_OUT[key] = relay.transform.FoldConstant(fold_qnn=fold_qnn)(BUILDERS[name]())
     return _STOCK_OUT[key]
+
+
+@dataclass(frozen=True)
+class _Folded:
+    """fold_guard's three entry points run once, in turn, on one fresh module ``input``.
+
+    ``before`` is a copy of the input taken first, ``json`` the input's ``save_json`` text
+    before anything ran and after each entry point (keys "before", "FoldConstant", "fold",
+    "plan"), and ``after_pass`` / ``after_all`` copies of the input after the pass and after
+    all three. ``output`` is the pass's module, ``result`` fold()'s and ``plan`` plan()'s.
+    """
+
+    input: tvm.IRModule
+    before: tvm.IRModule
+    json: dict[str, str]
+    after_pass: tvm.IRModule
+    after_all: tvm.IRModule
+    output: tvm.IRModule
+    result: fgr.FoldResult
+    plan: fold_guard.FoldPlan
+
+
+_FOLDED: dict[tuple[str, str], _Folded] = {}
+
+
+def _folded(name: str, policy: str) -> _Folded:
+    key = (name, policy)
+    if key not in _FOLDED:
+        mod = BUILDERS[name]()
+        before = _copy(mod)
+        json = {"before": tvm.ir.save_json(mod)}
+        output = fgr.FoldConstant(policy)(mod)
+        json["FoldConstant"] = tvm.ir.save_json(mod)
+        after_pass = _copy(mod)
+        result = fgr.fold(mod, policy=policy)
+        json["fold"] = tvm.ir.save_json(mod)
+        fold_plan = fgr.plan(mod, policy)
+        json["plan"] = tvm.ir.save_json(mod)
+        _FOLDED[key] = _Folded(mod, before, json, after_pass, _copy(mod), output, result, fold_plan)
+    return _FOLDED[key]
 
 
 def _assert_equal_ir(name: str, policy: str, got: tvm.IRModule, expected: tvm.IRModule) -> None:
@@ -87,8 +132,7 @@ def _assert_equal_ir(name: str, policy: str, got: tvm.IRModule, expected: tvm.IR
 @pytest.mark.parametrize("policy, fold_qnn", POLICIES, ids=POLICY_IDS)
 @pytest.mark.parametrize("name", NAMES)
 def test_equals_stock(name: str, policy: str, fold_qnn: bool):
-    ours = fgr.FoldConstant(policy)(BUILDERS[name]())
-    _assert_equal_ir(name, policy, ours, _stock_out(name, fold_qnn))
+    _assert_equal_ir(name, policy, _folded(name, policy).output, _stock_out(name, fold_qnn))
 
 
 def test_default_policy_is_the_default():
@@ -107,17 +151,17 @@ def test_default_policy_is_the_default():
 @pytest.mark.parametrize("policy", POLICY_IDS)
 @pytest.mark.parametrize("name", NAMES)
 def test_input_not_mutated_and_deterministic(name: str, policy: str):
-    mod = BUILDERS[name]()
-    before = _copy(mod)
-    first = fgr.FoldConstant(policy)(mod)
-    tvm.ir.assert_structural_equal(mod, before)
+    folded = _folded(name, policy)  # all ran on folded.input, a module built for it alone
+    mod, before = folded.input, folded.before
+    tvm.ir.assert_structural_equal(folded.after_pass, before)
+    # The same input again, twice in a row: the same output each time.
     second = fgr.FoldConstant(policy)(mod)
+    third = fgr.FoldConstant(policy)(mod)
     tvm.ir.assert_structural_equal(mod, before)
-    tvm.ir.assert_structural_equal(first, second, map_free_vars=True)
+    tvm.ir.assert_structural_equal(second, third, map_free_vars=True)
+    tvm.ir.assert_structural_equal(folded.output, second, map_free_vars=True)
     # the functional API and the planner do not touch the input either
-    fgr.fold(mod, policy=policy)
-    fgr.plan(mod, policy)
-    tvm.ir.assert_structural_equal(mod, before)
+    tvm.ir.assert_structural_equal(folded.after_all, before)
 
 
 @pytest.mark.parametrize("policy", POLICY_IDS)
@@ -129,14 +173,11 @@ def test_input_json_unchanged(name: str, policy: str):
     text changes, the module does not); fold_guard promises to leave the caller's module
     byte-for-byte alone, as ``test_annotations.assert_input_unchanged`` checks too.
     """
-    mod = BUILDERS[name]()
-    saved = tvm.ir.save_json(mod)
-    fgr.FoldConstant(policy)(mod)
-    assert tvm.ir.save_json(mod) == saved, "FoldConstant rewrote cached fields of its input in place"
-    fgr.fold(mod, policy=policy)
-    assert tvm.ir.save_json(mod) == saved, "fold() rewrote cached fields of its input in place"
-    fgr.plan(mod, policy)
-    assert tvm.ir.save_json(mod) == saved, "plan() rewrote cached fields of its input in place"
+    json = _folded(name, policy).json  # the input's text before and after each call, in turn
+    saved = json["before"]
+    assert json["FoldConstant"] == saved, "FoldConstant rewrote cached fields of its input in place"
+    assert json["fold"] == saved, "fold() rewrote cached fields of its input in place"
+    assert json["plan"] == saved, "plan() rewrote cached fields of its input in place"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,16 +203,23 @@ def _assert_same_outputs(name: str, expected: list[np.ndarray], got: list[np.nda
             np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-6, err_msg=f"{name} output {i}")
 
 
+# Building and running takes a second or more per module: the fast lane runs these few, the full
+# lane every one.
+FAST_RUNNABLE = ("float_elemwise_chain", "conv2d_weight_prep", "qnn_constant_weights_activation_graph", "if_const_cond")
+assert set(FAST_RUNNABLE) <= set(RUNNABLE)
+
+
 @pytest.mark.parametrize("policy, fold_qnn", POLICIES, ids=POLICY_IDS)
-@pytest.mark.parametrize("name", RUNNABLE)
+@pytest.mark.parametrize(
+    "name", [n if n in FAST_RUNNABLE else pytest.param(n, marks=pytest.mark.slow) for n in RUNNABLE]
+)
 def test_folded_module_runs_same(name: str, policy: str, fold_qnn: bool):
     record = STOCK[name]
     if fold_qnn and record.ops_fold_qnn == record.ops_default:
         # fold-qnn gives the same module as default here (test_equals_stock): one run suffices
         assert fold_qnn and record.fold_qnn == record.default
         return
-    ours = fgr.FoldConstant(policy)(BUILDERS[name]())
-    got = run_module(name, ours)
+    got = run_module(name, _copy(_folded(name, policy).output))
     if name in NOT_BIT_EXACT:
         # stock's folded module is not bit-identical to the unfolded build either (the table
         # says why); ours must still be bit-identical to stock's folded module
@@ -198,7 +246,7 @@ def _has_if(mod: tvm.IRModule) -> bool:
 @pytest.mark.parametrize("name", NAMES)
 def test_plan_counts(name: str, policy: str, fold_qnn: bool):
     mod = BUILDERS[name]()
-    fold_plan = fgr.plan(mod, policy)
+    fold_plan = _folded(name, policy).plan
     record = STOCK[name]
     stock_changes = (record.fold_qnn if fold_qnn else record.default) == "changes"
 
@@ -229,7 +277,7 @@ def test_plan_counts(name: str, policy: str, fold_qnn: bool):
 
     # fold(): its module is the pass's output, ``modified`` says whether stock changes the
     # module, and with no evaluation failures it carries out exactly the plan
-    result = fgr.fold(BUILDERS[name](), policy=policy)
+    result = _folded(name, policy).result
     _assert_equal_ir(name, policy, result.mod, _stock_out(name, fold_qnn))
     assert result.modified == stock_changes
     assert [(d.node, d.action) for d in result.plan.decisions] == [(d.node, d.action) for d in fold_plan.decisions]
@@ -238,8 +286,8 @@ def test_plan_counts(name: str, policy: str, fold_qnn: bool):
 @pytest.mark.parametrize("name", NAMES)
 def test_fold_qnn_plan_folds_a_superset(name: str):
     """Every call the default folds, fold-qnn folds too; without QNN ops the two plans agree."""
-    default_plan = fgr.plan(BUILDERS[name]())
-    qnn_plan = fgr.plan(BUILDERS[name](), "fold-qnn")
+    default_plan = _folded(name, "default").plan
+    qnn_plan = _folded(name, "fold-qnn").plan
     assert len(default_plan.decisions) == len(qnn_plan.decisions)  # same module, same graph
     assert [d.op for d in default_plan.decisions] == [d.op for d in qnn_plan.decisions]
     default_folded = {d.node for d in default_plan.folded}

@@ -39,6 +39,10 @@ WEIGHT_SHAPES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (32, 16, 3, 3), (1
 # ----------------------------------------------------------------------------------- helpers
 
 
+# Every test here imports, builds or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def _calls(mod: tvm.IRModule) -> List[relay.Call]:
     return op_calls(mod["main"])
 

@@ -64,5 +64,5 @@ def test_reader_of_a_true_branch_folds_into_one_constant() -> None:
 
 def test_false_branch_reader_stays_with_its_reason() -> None:
     result = fgr.fold(CASES["false"]())
-    add = [d for d in result.plan.decisions if d.op == "add"][0]
+    add = next(d for d in result.plan.decisions if d.op == "add")
     assert add.reason is Reason.NOT_CONSTANT and "x" in add.detail

@@ -56,6 +56,10 @@ Signature = Tuple[str, Tuple[int, ...]]  # (dtype, shape) of a constant
 # ----------------------------------------------------------------------------------- helpers
 
 
+# Every test here imports, builds or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def calls(mod: tvm.IRModule) -> List[relay.Call]:
     return op_calls(mod["main"])
 

@@ -209,6 +209,7 @@ def _unchanged_except(before: tvm.IRModule, after: tvm.IRModule, changed: tuple[
 # -------------------------------------------------------------------- (a) before partitioning
 
 
+@pytest.mark.slow
 def test_reference_model_runs_to_numpy():
     np.testing.assert_array_equal(_run(model()), reference_output())
 
@@ -357,6 +358,7 @@ def test_fold_function_matches_the_module_pass(npu):
 # --------------------------------------------------------------------- build and run, hook
 
 
+@pytest.mark.slow
 def test_partitioned_builds_and_runs_with_the_hook_folding(hook):
     """relay.build calls the hook once per external function; it folds, and outputs match."""
     partitioned = partition_for_test_npu(model())
@@ -378,6 +380,7 @@ def _assert_same_body(got: relay.Function, expected: relay.Function) -> None:
     tvm.ir.assert_structural_equal(strip(got), strip(expected), map_free_vars=True)
 
 
+@pytest.mark.slow
 def test_folded_external_functions_build_and_run(hook):
     """Our pass on the external functions before the build changes nothing numerically."""
     partitioned = partition_for_test_npu(model())

@@ -299,6 +299,7 @@ BUILD_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BUILD_CASES))
 def test_built_module_runs_bit_identically_before_and_after(case: str, reference_output: np.ndarray) -> None:
     make, policy = BUILD_CASES[case]
@@ -324,6 +325,7 @@ def test_folding_a_constant_requantize_leaves_the_input_module_unchanged(policy:
     assert [c.attrs.rounding for c in _calls(before) if c.op.name == "qnn.requantize"] == ["None"] * 3
 
 
+@pytest.mark.stock
 def test_stock_fold_qnn_changes_its_input_module_in_place() -> None:
     """The stock behaviour the test above guards against, so that test can fail."""
     before = net(conv_weight(), dense_weight())

@@ -29,6 +29,10 @@ from relay_ir import op_calls
 CONSTANT_DEQUANTIZES = 10
 
 
+# Every test here imports, builds or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 def _calls(mod: tvm.IRModule) -> List[relay.Call]:
     return op_calls(mod["main"])
 

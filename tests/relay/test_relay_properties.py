@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 import tvm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -187,6 +188,7 @@ def test_barriers_hold_and_the_pass_is_pure(spec: Spec) -> None:
     ]
 
 
+@pytest.mark.slow
 @_SETTINGS
 @given(_SPEC)
 def test_without_annotations_ours_is_stock(spec: Spec) -> None:
@@ -194,6 +196,7 @@ def test_without_annotations_ours_is_stock(spec: Spec) -> None:
     tvm.ir.assert_structural_equal(fgr.FoldConstant()(plain), STOCK(build(spec, annotate=False)), map_free_vars=True)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_SPEC)
 def test_built_outputs_match_the_unannotated_module(spec: Spec) -> None:

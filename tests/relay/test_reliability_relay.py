@@ -133,6 +133,7 @@ def _qnn_module(rows: int) -> tvm.IRModule:
     return tvm.IRModule.from_expr(relay.Function([x], relay.nn.dense(x, relay.exp(w))))
 
 
+@pytest.mark.slow
 def test_eight_threads_fold_like_one():
     """Eight threads at once (four distinct modules, one module shared by four threads) give the
     sequential results, no error, and leave every input as it was (fold_guard/_serial.py)."""

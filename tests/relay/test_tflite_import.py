@@ -27,6 +27,10 @@ from support import tflite_models
 from relay_ir import op_calls
 
 
+# Every test here imports, builds or runs whole models (seconds each): full lane only.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def model() -> tflite_models.QuantizedTFLiteModel:
     return tflite_models.make_quantized_tflite_model(0)
