@@ -78,7 +78,9 @@ def _left_out(version: Optional[str], has_relay: bool) -> Dict[str, str]:
     left_out: Dict[str, str] = {}
     installed = "no TVM is installed" if version is None else f"tvm {version}"
     if not has_relay:
-        why = f"{installed} has no tvm.relay; the Relay suite runs in .venv310 (Python 3.10, hhb-tvm)"
+        why = (
+            f"{installed} has no tvm.relay; the Relay suite runs in .venv310 (Python 3.10, hhb-tvm)"
+        )
         left_out.update(dict.fromkeys(RELAY_ONLY, why))
     if version is None or _major_minor(version) != RELAX_TVM:
         why = (
@@ -128,7 +130,11 @@ def pytest_ignore_collect(collection_path: Path) -> Optional[bool]:
 
 
 def _describe() -> List[str]:
-    tvm_line = "not installed" if TVM_VERSION is None else f"{TVM_VERSION} (tvm.relay: {'yes' if HAS_RELAY else 'no'})"
+    tvm_line = (
+        "not installed"
+        if TVM_VERSION is None
+        else f"{TVM_VERSION} (tvm.relay: {'yes' if HAS_RELAY else 'no'})"
+    )
     lines = [f"fold_guard: TVM {tvm_line}"]
     if not LEFT_OUT:
         lines.append("fold_guard: collecting every suite")
@@ -149,7 +155,9 @@ def pytest_report_header() -> List[str]:
 FAST_LANE = "not slow and not stock"
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     deselected = len(terminalreporter.stats.get("deselected", []))
     if config.getoption("markexpr", "") == FAST_LANE and deselected:
         terminalreporter.write_line(

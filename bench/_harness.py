@@ -36,7 +36,11 @@ def peak_rss_kib() -> int:
 
 
 def run_worker(
-    script: str, options: Mapping[str, Any], *, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None
+    script: str,
+    options: Mapping[str, Any],
+    *,
+    cwd: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
 ) -> Dict[str, Any]:
     """Run ``script --worker --<key> <value> ...`` in a fresh interpreter and return its RESULT."""
     cmd = [sys.executable, script, "--worker"]
@@ -48,7 +52,7 @@ def run_worker(
         raise RuntimeError(f"worker failed: {' '.join(cmd)}")
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     raise RuntimeError(f"worker printed no result: {proc.stdout}\n{proc.stderr}")
 
 

@@ -34,9 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # instrument the examples, the benchmarks and the tests share.
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
-import fold_guard.relax as fgr  # noqa: E402
 from _common import onnx_models  # noqa: E402
 from _common.codegen_input import compile_with_codegen_input  # noqa: E402
+
+import fold_guard.relax as fgr  # noqa: E402
 
 MODELS = {
     "qdq_cnn": onnx_models.make_qdq_cnn,
@@ -63,7 +64,9 @@ def _storage_bytes_and_views(mod: tvm.IRModule) -> Tuple[int, int]:
     return totals[0], totals[1]
 
 
-def _measure(mod: tvm.IRModule, inputs: List[np.ndarray], number: int, repeat: int) -> Dict[str, object]:
+def _measure(
+    mod: tvm.IRModule, inputs: List[np.ndarray], number: int, repeat: int
+) -> Dict[str, object]:
     exe, codegen_input = compile_with_codegen_input(mod)
     storage, views = _storage_bytes_and_views(codegen_input)
     device = tvm.cpu()
@@ -78,7 +81,9 @@ def _measure(mod: tvm.IRModule, inputs: List[np.ndarray], number: int, repeat: i
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=200, help="runs per timing (default 200)")
-    parser.add_argument("--repeat", type=int, default=5, help="timings; the minimum is kept (default 5)")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="timings; the minimum is kept (default 5)"
+    )
     options = parser.parse_args()
 
     print(f"{'model':<18} {'variant':<9} {'us/run':>9} {'vs plain':>9} {'vs stock':>9} "
@@ -93,7 +98,10 @@ def main() -> int:
             "plain": fgr.fold(imported, policy="qdq-accelerator").mod,
             "stock": relax.transform.FoldConstant()(imported),
         }
-        results = {label: _measure(mod, inputs, options.number, options.repeat) for label, mod in variants.items()}
+        results = {
+            label: _measure(mod, inputs, options.number, options.repeat)
+            for label, mod in variants.items()
+        }
         same = np.array_equal(results["barriers"]["output"], results["plain"]["output"])
         same_storage = results["barriers"]["storage"] == results["plain"]["storage"]
         failed |= not (same and same_storage)

@@ -8,9 +8,10 @@ weights. Folded under ``default`` (stock folds the same: every weight becomes an
 and ``keep-qdq-weights`` (every weight becomes an int8 constant under its dequantize).
 
 Every (size, implementation) runs in a fresh process (``_harness.run_worker``); the worker builds
-the model (not timed), then times the fold and reads its peak RSS (``VmHWM``: see ``_harness.peak_rss_kib``). The printed
-``bound`` is ``1.5 x (input + output constant bytes) + the worker's RSS before the fold`` (the
-process baseline plus the model it was handed). Growth: the time at 2N layers over the time at N.
+the model (not timed), then times the fold and reads its peak RSS (``VmHWM``: see
+``_harness.peak_rss_kib``). The printed ``bound`` is
+``1.5 x (input + output constant bytes) + the worker's RSS before the fold`` (the process baseline
+plus the model it was handed). Growth: the time at 2N layers over the time at N.
 fold_guard's output is checked structurally equal to stock's under ``default``.
 
 Run: .venv/bin/python bench/bench_gigabyte.py                # 8 and 16 layers of 2048 (0.5, 1 GiB)
@@ -28,7 +29,6 @@ import time
 from typing import Any, Dict
 
 import numpy as np
-
 from _harness import peak_rss_kib, rss_kib, run_worker
 
 GIB = 1 << 30
@@ -48,7 +48,11 @@ def build_model(layers: int, hidden: int, seed: int = 0):
                 weight = rng.standard_normal((hidden, hidden), dtype=np.float32)
                 scale = (np.abs(weight).max(axis=1) / 127.0).astype("float32")
                 zero = np.zeros(hidden, "int8")
-                q = bb.emit(relax.op.quantize(relax.const(weight), relax.const(scale), relax.const(zero), axis=0))
+                q = bb.emit(
+                    relax.op.quantize(
+                        relax.const(weight), relax.const(scale), relax.const(zero), axis=0
+                    )
+                )
                 dq = bb.emit(relax.op.dequantize(q, relax.const(scale), relax.const(zero), axis=0))
                 act = bb.emit(relax.op.matmul(act, dq))
             out = bb.emit_output(act)
@@ -106,8 +110,12 @@ def worker(args: argparse.Namespace) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=2048)
-    parser.add_argument("--layers", type=int, nargs="+", default=[8, 16], help="sizes N (default 8 16)")
-    parser.add_argument("--stock-max-layers", type=int, default=16, help="skip stock above this size")
+    parser.add_argument(
+        "--layers", type=int, nargs="+", default=[8, 16], help="sizes N (default 8 16)"
+    )
+    parser.add_argument(
+        "--stock-max-layers", type=int, default=16, help="skip stock above this size"
+    )
     parser.add_argument("--policies", nargs="+", default=["default", "keep-qdq-weights"])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
@@ -147,27 +155,43 @@ def main(argv=None) -> int:
         # start while it holds them (they would compete for memory on a 24 GiB machine).
         for ours, stock_path, path in pending:
             with open(stock_path) as a, open(path) as b:
-                ours["equal"] = bool(tvm_ffi.structural_equal(tvm.ir.load_json(a.read()), tvm.ir.load_json(b.read())))
+                ours["equal"] = bool(
+                    tvm_ffi.structural_equal(tvm.ir.load_json(a.read()), tvm.ir.load_json(b.read()))
+                )
             failed |= not ours["equal"]
 
     print()
-    print("| layers | fp32 weights GiB | impl | policy | seconds | vs stock | peak MiB | bound MiB | within bound | equal |")
+    print(
+        "| layers | fp32 weights GiB | impl | policy | seconds | vs stock "
+        "| peak MiB | bound MiB | within bound | equal |"
+    )
     print("|---:|---:|---|---|---:|---:|---:|---:|---|---|")
     stock_seconds = {layers: r["seconds"] for layers, impl, _, r in rows if impl == "stock"}
     for layers, impl, policy, r in rows:
-        bound_kib = 1.5 * (r["in_bytes"] + r["out_bytes"]) / 1024 + r["rss_before_kib"] - r["in_bytes"] / 1024
+        bound_kib = (
+            1.5 * (r["in_bytes"] + r["out_bytes"]) / 1024
+            + r["rss_before_kib"]
+            - r["in_bytes"] / 1024
+        )
         ratio = f"{stock_seconds[layers] / r['seconds']:.1f}x" if layers in stock_seconds else "-"
-        print(f"| {layers} | {r['in_bytes'] / GIB:.2f} | {impl} | {policy} | {r['seconds']:.2f} | {ratio} "
-              f"| {r['peak_kib'] / 1024:.0f} | {bound_kib / 1024:.0f} | {'yes' if r['peak_kib'] <= bound_kib else 'NO'} "
-              f"| {r.get('equal', '-')} |")  # fmt: skip
+        within = "yes" if r["peak_kib"] <= bound_kib else "NO"
+        print(
+            f"| {layers} | {r['in_bytes'] / GIB:.2f} | {impl} | {policy} | {r['seconds']:.2f} "
+            f"| {ratio} | {r['peak_kib'] / 1024:.0f} | {bound_kib / 1024:.0f} | {within} "
+            f"| {r.get('equal', '-')} |"
+        )
     sizes = sorted(args.layers)
     for impl, policy in {(impl, policy) for _, impl, policy, _ in rows}:
         times = {layers: r["seconds"] for layers, i, p, r in rows if (i, p) == (impl, policy)}
         for small, large in zip(sizes, sizes[1:]):
             if small in times and large in times and large == 2 * small:
-                print(f"growth {impl} {policy}: time({large}) / time({small}) = {times[large] / times[small]:.2f}")
-    print("bound = 1.5 x (input + output constant bytes) + the worker's RSS before the fold less the "
-          "input it holds (the process baseline)")
+                print(
+                    f"growth {impl} {policy}: time({large}) / time({small}) = {times[large] / times[small]:.2f}"
+                )
+    print(
+        "bound = 1.5 x (input + output constant bytes) + the worker's RSS before the fold less the "
+        "input it holds (the process baseline)"
+    )
     return 1 if failed else 0
 
 

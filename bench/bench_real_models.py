@@ -31,12 +31,13 @@ import tempfile
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
+import real_models
 from _harness import fold_fields, keep_best, peak_rss_kib, rss_kib, run_worker
 
-import real_models
-
 #: examples/_common: the QDQ ONNX models the examples, the benchmarks and the tests share.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+)
 
 IMPLS = ("stock", "cold", "warm", "uncached")
 STEPS = ("lower", "legalize", "plan", "compile", "evaluate", "rewrite")
@@ -50,10 +51,10 @@ QUICK_MODELS = ("mobilenet_v2", "bert_tiny")
 def worker(args: argparse.Namespace) -> int:
     import onnx
     import tvm
+    from _common.onnx_models import import_relax
     from tvm import relax
 
     import fold_guard.relax as fgr
-    from _common.onnx_models import import_relax
 
     mod = import_relax(onnx.load(args.onnx))
     stock_pass = relax.transform.FoldConstant()  # registry lookup outside the timed region
@@ -106,7 +107,9 @@ def measure(
             return tvm.ir.load_json(f.read())
 
     stock = load(outs["stock"])
-    equal = all(bool(tvm_ffi.structural_equal(stock, load(outs[impl]))) for impl in impls if impl != "stock")
+    equal = all(
+        bool(tvm_ffi.structural_equal(stock, load(outs[impl]))) for impl in impls if impl != "stock"
+    )
     return best, equal
 
 
@@ -121,7 +124,11 @@ def print_tables(rows: List[Row]) -> None:
           "| warm s | stock/warm " + ("| no-cache s | stock/no-cache " if uncached else "")
           + "| kernels compiled cold / cached warm | peak MiB stock / cold / warm | Δ MiB stock / cold / warm "
           "| equal? |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if uncached else "") + "---:|---:|---:|---|")
+    print(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        + ("---:|---:|" if uncached else "")
+        + "---:|---:|---:|---|"
+    )
     for model, form, stats, best, equal in rows:
         s, c, w = best["stock"], best["cold"], best["warm"]
         extra = ""
@@ -150,12 +157,21 @@ def print_tables(rows: List[Row]) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", choices=list(real_models.MODELS), default=list(real_models.MODELS))
-    p.add_argument("--forms", nargs="+", choices=list(real_models.FORMS), default=list(real_models.FORMS))
+    p.add_argument(
+        "--models", nargs="+", choices=list(real_models.MODELS), default=list(real_models.MODELS)
+    )
+    p.add_argument(
+        "--forms", nargs="+", choices=list(real_models.FORMS), default=list(real_models.FORMS)
+    )
     p.add_argument("--repeat", type=int, default=1, help="take the min over k runs (default 1)")
-    p.add_argument("--quick", action="store_true", help=f"{' and '.join(QUICK_MODELS)}, int8 form only")
-    p.add_argument("--uncached", action="store_true",
-                   help="also time fold_guard with kernel_cache=False (the in-memory JIT path)")
+    p.add_argument(
+        "--quick", action="store_true", help=f"{' and '.join(QUICK_MODELS)}, int8 form only"
+    )
+    p.add_argument(
+        "--uncached",
+        action="store_true",
+        help="also time fold_guard with kernel_cache=False (the in-memory JIT path)",
+    )
     # hidden worker flags
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--onnx", help=argparse.SUPPRESS)
@@ -183,11 +199,13 @@ def main(argv=None) -> int:
                 rows.append((model, form, stats, best, equal))
     print_tables(rows)
     print()
-    print("stock/cold, stock/warm = stock s / fold_guard s (wall time of the pass only, min over --repeat "
-          "runs; cold: an empty kernel cache, warm: the cache a cold run filled, no-cache: kernel_cache=False); "
-          "peak = VmHWM of the worker process (includes the ONNX import and the Python + TVM baseline); "
-          "Δ = peak minus the RSS just before the pass; equal = every fold_guard output structurally "
-          "equal to stock's")
+    print(
+        "stock/cold, stock/warm = stock s / fold_guard s (wall time of the pass only, min over --repeat "
+        "runs; cold: an empty kernel cache, warm: the cache a cold run filled, no-cache: kernel_cache=False); "
+        "peak = VmHWM of the worker process (includes the ONNX import and the Python + TVM baseline); "
+        "Δ = peak minus the RSS just before the pass; equal = every fold_guard output structurally "
+        "equal to stock's"
+    )
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
     if not all(equal for *_, equal in rows):
         print("ERROR: fold_guard output differs from stock FoldConstant", file=sys.stderr)

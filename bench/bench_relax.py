@@ -25,7 +25,9 @@ import numpy as np
 from _harness import fold_fields, keep_best, peak_rss_kib, rss_kib, run_worker
 
 #: examples/_common: the QDQ ONNX models the examples, the benchmarks and the tests share.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+)
 
 IMPLS = ("stock", "ours", "warm")
 DEFAULT_BLOCKS = (25, 50, 100, 200)
@@ -74,11 +76,17 @@ def make_synthetic(blocks: int, regime: str, seed: int = SEED):
                 zp = np.zeros((rows,), dtype="int8")
                 q = bb.emit(
                     relax.op.quantize(
-                        relax.const(w), relax.const(scale), relax.const(zp), axis=0, out_dtype="int8"
+                        relax.const(w),
+                        relax.const(scale),
+                        relax.const(zp),
+                        axis=0,
+                        out_dtype="int8",
                     )
                 )
                 dq = bb.emit(
-                    relax.op.dequantize(q, relax.const(scale), relax.const(zp), axis=0, out_dtype="float32")
+                    relax.op.dequantize(
+                        q, relax.const(scale), relax.const(zp), axis=0, out_dtype="float32"
+                    )
                 )
                 if i == blocks - 1:
                     h = bb.emit_output(relax.op.matmul(h, dq))
@@ -167,7 +175,9 @@ def measure(model, regime, blocks, repeat, tmpdir, policy):
         for r in range(repeat):
             path = os.path.join(tmpdir, f"{model}-{regime}-{blocks}-{impl}-{r}.json")
             # cold: an empty cache per run; warm: the cache the first cold run filled
-            cache = os.path.join(tmpdir, f"cache-{model}-{regime}-{blocks}-{r if impl != 'warm' else 0}")
+            cache = os.path.join(
+                tmpdir, f"cache-{model}-{regime}-{blocks}-{r if impl != 'warm' else 0}"
+            )
             res = run_one(model, regime, blocks, impl, path, policy, cache)
             keep_best(best, impl, res)
             outs.setdefault(impl, path)
@@ -182,16 +192,29 @@ def measure(model, regime, blocks, repeat, tmpdir, policy):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--blocks", type=int, nargs="+", default=list(DEFAULT_BLOCKS),
-                   help="numbers of Q/DQ blocks for the synthetic models (default: 25 50 100 200)")
+    p.add_argument(
+        "--blocks",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_BLOCKS),
+        help="numbers of Q/DQ blocks for the synthetic models (default: 25 50 100 200)",
+    )
     p.add_argument("--repeat", type=int, default=1, help="take the min over k runs (default 1)")
     p.add_argument("--quick", action="store_true", help="blocks 25 and 50 only")
-    p.add_argument("--regimes", nargs="+", default=["same", "distinct"], choices=["same", "distinct"])
-    p.add_argument("--no-cnn", action="store_true",
-                   help="skip the QDQ ONNX models (CNN, residual CNN, transformer block)")
+    p.add_argument(
+        "--regimes", nargs="+", default=["same", "distinct"], choices=["same", "distinct"]
+    )
+    p.add_argument(
+        "--no-cnn",
+        action="store_true",
+        help="skip the QDQ ONNX models (CNN, residual CNN, transformer block)",
+    )
     p.add_argument("--policy", default="default", help=argparse.SUPPRESS)
-    p.add_argument("--steps", action="store_true",
-                   help="also print fold_guard's per-step seconds and kernels compiled")
+    p.add_argument(
+        "--steps",
+        action="store_true",
+        help="also print fold_guard's per-step seconds and kernels compiled",
+    )
     # hidden worker flags
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default="synthetic", help=argparse.SUPPRESS)
@@ -223,8 +246,10 @@ def main(argv=None) -> int:
 
     mib = lambda kib: kib / 1024.0  # noqa: E731
     print()
-    print("| model | regime | blocks | stock s | ours s | speedup | warm s | warm speedup | stock peak MiB "
-          "| ours peak MiB | mem ratio | stock Δ MiB | ours Δ MiB | equal? |")
+    print(
+        "| model | regime | blocks | stock s | ours s | speedup | warm s | warm speedup | stock peak MiB "
+        "| ours peak MiB | mem ratio | stock Δ MiB | ours Δ MiB | equal? |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for model, regime, n, best, equal in rows:
         s, o, w = best["stock"], best["ours"], best["warm"]
@@ -238,8 +263,11 @@ def main(argv=None) -> int:
         )
     if args.steps:
         print()
-        print("| model | regime | blocks | folded | kernels compiled | " +
-              " | ".join(("lower", "legalize", "plan", "compile", "evaluate", "rewrite")) + " |")
+        print(
+            "| model | regime | blocks | folded | kernels compiled | "
+            + " | ".join(("lower", "legalize", "plan", "compile", "evaluate", "rewrite"))
+            + " |"
+        )
         print("|---|---|---:|---:|---:|" + "---:|" * 6)
         for model, regime, n, best, _ in rows:
             o = best["ours"]
@@ -247,15 +275,19 @@ def main(argv=None) -> int:
             print(
                 f"| {model} | {regime if model == 'synthetic' else 'onnx'} | {n if model == 'synthetic' else '-'} "
                 f"| {o.get('folded', '?')} | {o.get('kernels_compiled', '?')} | "
-                + " | ".join(f"{st.get(k, float('nan')):.3f}"
-                             for k in ("lower", "legalize", "plan", "compile", "evaluate", "rewrite"))
+                + " | ".join(
+                    f"{st.get(k, float('nan')):.3f}"
+                    for k in ("lower", "legalize", "plan", "compile", "evaluate", "rewrite")
+                )
                 + " |"
             )
     print()
-    print("speedup = stock s / ours s (wall time of the pass only, min over --repeat runs; ours: "
-          "empty kernel cache, warm: the cache a cold run filled); "
-          "peak = VmHWM of the worker process; Δ = peak minus RSS just before the pass; "
-          "mem ratio = ours peak / stock peak")
+    print(
+        "speedup = stock s / ours s (wall time of the pass only, min over --repeat runs; ours: "
+        "empty kernel cache, warm: the cache a cold run filled); "
+        "peak = VmHWM of the worker process; Δ = peak minus RSS just before the pass; "
+        "mem ratio = ours peak / stock peak"
+    )
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
     if any_diff:
         print("ERROR: fold_guard output differs from stock FoldConstant", file=sys.stderr)

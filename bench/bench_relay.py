@@ -26,7 +26,9 @@ import numpy as np
 from _harness import keep_best, peak_rss_kib, rss_kib, run_worker
 
 #: examples/_common: the QDQ ONNX models the examples, the benchmarks and the tests share.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+)
 
 IMPLS = ("stock", "ours")
 DEFAULT_BLOCKS = (25, 50, 100, 200)
@@ -54,7 +56,9 @@ def _child_env() -> Dict[str, str]:
 # --------------------------------------------------------------------------- models
 
 
-def _per_channel_weight(rng: np.random.Generator, shape: Tuple[int, ...]) -> Tuple[np.ndarray, np.ndarray]:
+def _per_channel_weight(
+    rng: np.random.Generator, shape: Tuple[int, ...]
+) -> Tuple[np.ndarray, np.ndarray]:
     """A random fp32 weight and its symmetric int8 scale per output channel (axis 0)."""
     fan_in = int(np.prod(shape[1:]))
     w = (rng.standard_normal(shape) * np.sqrt(1.0 / fan_in)).astype("float32")
@@ -97,10 +101,18 @@ def make_synthetic(blocks: int, regime: str, seed: int = SEED) -> Any:
     for i in range(blocks):
         in_dim, units = in_units(i)
         w, w_scale = _per_channel_weight(rng, (units, in_dim))
-        w_q = relay.qnn.op.quantize(relay.const(w), relay.const(w_scale), zero, axis=0, out_dtype="int8")
+        w_q = relay.qnn.op.quantize(
+            relay.const(w), relay.const(w_scale), zero, axis=0, out_dtype="int8"
+        )
         y = relay.qnn.op.dense(h, w_q, zero, zero, act_scale, relay.const(w_scale), units=units)
         h = relay.qnn.op.requantize(
-            y, relay.const((ACT_SCALE * w_scale).astype("float32")), zero, act_scale, zero, axis=1, out_dtype="int8"
+            y,
+            relay.const((ACT_SCALE * w_scale).astype("float32")),
+            zero,
+            act_scale,
+            zero,
+            axis=1,
+            out_dtype="int8",
         )
     mod = tvm.IRModule.from_expr(relay.Function([x], h))
     return relay.transform.InferType()(mod)
@@ -130,14 +142,28 @@ def make_cnn(seed: int = SEED) -> Any:
         w, w_scale = _per_channel_weight(rng, (cout, cin, 3, 3))
         bias = (rng.standard_normal(cout) * 0.1).astype("float32")
         acc_scale = (ACT_SCALE * w_scale).astype("float32")
-        w_q = relay.qnn.op.quantize(relay.const(w), relay.const(w_scale), zero, axis=0, out_dtype="int8")
-        b_q = relay.qnn.op.quantize(relay.const(bias), relay.const(acc_scale), zero, axis=0, out_dtype="int32")
+        w_q = relay.qnn.op.quantize(
+            relay.const(w), relay.const(w_scale), zero, axis=0, out_dtype="int8"
+        )
+        b_q = relay.qnn.op.quantize(
+            relay.const(bias), relay.const(acc_scale), zero, axis=0, out_dtype="int32"
+        )
         y = relay.qnn.op.conv2d(
-            h, w_q, zero, zero, act_scale, relay.const(w_scale),
-            kernel_size=(3, 3), channels=cout, padding=(1, 1), out_dtype="int32",
+            h,
+            w_q,
+            zero,
+            zero,
+            act_scale,
+            relay.const(w_scale),
+            kernel_size=(3, 3),
+            channels=cout,
+            padding=(1, 1),
+            out_dtype="int32",
         )
         y = relay.nn.bias_add(y, b_q, axis=1)
-        y = relay.qnn.op.requantize(y, relay.const(acc_scale), zero, act_scale, zero, axis=1, out_dtype="int8")
+        y = relay.qnn.op.requantize(
+            y, relay.const(acc_scale), zero, act_scale, zero, axis=1, out_dtype="int8"
+        )
         h = relay.clip(y, 0, 127)
     mod = tvm.IRModule.from_expr(relay.Function([x], h))
     return relay.transform.InferType()(mod)
@@ -158,7 +184,9 @@ def make_zoo(name: str) -> Any:
     from tvm.relay import testing
 
     if name == "resnet18":
-        mod, params = testing.resnet.get_workload(num_layers=18, batch_size=1, image_shape=(3, 64, 64))
+        mod, params = testing.resnet.get_workload(
+            num_layers=18, batch_size=1, image_shape=(3, 64, 64)
+        )
     else:
         mod, params = testing.mobilenet.get_workload(batch_size=1, image_shape=(3, 64, 64))
     func = relay.build_module.bind_params_by_name(mod["main"], params)
@@ -174,9 +202,8 @@ def make_fq2i(name: str) -> Any:
     """An onnxruntime-quantized QDQ model (fp32 weights feeding QuantizeLinear) imported with
     ``from_onnx`` and rewritten by ``FakeQuantizationToInteger``: the flow of the FQ2I post-step,
     where every weight is a ``qnn.quantize(<fp32 const>)`` under ``qnn.conv2d`` / ``qnn.dense``."""
-    from tvm import relay
-
     from _common.onnx_models import MODEL_BUILDERS, import_relay
+    from tvm import relay
 
     mod = import_relay(MODEL_BUILDERS[name](0, float_weights=True))
     return relay.transform.FakeQuantizationToInteger()(mod)
@@ -186,7 +213,7 @@ def build_model(model: str, regime: str, blocks: int) -> Any:
     if model == "qnn_cnn":
         return make_cnn()
     if model.startswith("fq2i_"):
-        return make_fq2i(model[len("fq2i_"):])
+        return make_fq2i(model[len("fq2i_") :])
     if model in ZOO_MODELS:
         return make_zoo(model)
     return make_synthetic(blocks, regime)
@@ -269,13 +296,28 @@ def worker(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parent
 
 
-def run_one(model: str, regime: str, blocks: int, impl: str, out_path: str, policy: str) -> Dict[str, Any]:
-    options = {"model": model, "regime": regime, "n": blocks, "impl": impl, "out": out_path, "policy": policy}
+def run_one(
+    model: str, regime: str, blocks: int, impl: str, out_path: str, policy: str
+) -> Dict[str, Any]:
+    options = {
+        "model": model,
+        "regime": regime,
+        "n": blocks,
+        "impl": impl,
+        "out": out_path,
+        "policy": policy,
+    }
     return run_worker(os.path.abspath(__file__), options, cwd=REPO, env=_child_env())
 
 
 def measure(
-    model: str, regime: str, blocks: int, impls: Tuple[str, ...], repeat: int, tmpdir: str, policy: str
+    model: str,
+    regime: str,
+    blocks: int,
+    impls: Tuple[str, ...],
+    repeat: int,
+    tmpdir: str,
+    policy: str,
 ) -> Tuple[Dict[str, Dict[str, Any]], Optional[bool]]:
     """Min over ``repeat`` runs of each implementation, and whether the outputs are equal."""
     import tvm
@@ -300,7 +342,9 @@ def measure(
         try:
             tvm.ir.assert_structural_equal(stock_out, ours_out)
         except ValueError as err:
-            where = next((line for line in str(err).splitlines() if "caused by" in line), str(err)[:300])
+            where = next(
+                (line for line in str(err).splitlines() if "caused by" in line), str(err)[:300]
+            )
             print(f"DIFFERENT {model} {regime} {blocks}: {where}", file=sys.stderr, flush=True)
     return best, equal
 
@@ -308,7 +352,12 @@ def measure(
 def _adapter_import_error() -> Optional[str]:
     """None when ``fold_guard.relay`` imports in a fresh interpreter, else the error's last line."""
     proc = subprocess.run(
-        [sys.executable, "-c", "import fold_guard.relay"], capture_output=True, text=True, cwd=REPO, env=_child_env(), check=False
+        [sys.executable, "-c", "import fold_guard.relay"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_child_env(),
+        check=False,
     )
     if proc.returncode == 0:
         return None
@@ -321,14 +370,29 @@ def _mib(kib: float) -> float:
 
 
 def format_row(
-    model: str, regime: str, n: int, s: Dict[str, Any], o: Optional[Dict[str, Any]], equal: Optional[bool]
+    model: str,
+    regime: str,
+    n: int,
+    s: Dict[str, Any],
+    o: Optional[Dict[str, Any]],
+    equal: Optional[bool],
 ) -> str:
     """One table row; fold_guard's cells are "-" when it was not run."""
     per = n if n else len(CNN_CHANNELS) if model == "qnn_cnn" else 1
     cells = [model, regime, str(n or "-"), f"{s['seconds']:.3f}"]
     if o is None:
-        cells += ["-", "-", f"{1000 * s['seconds'] / per:.0f}", "-", f"{_mib(s['peak_kib']):.0f}", "-", "-",
-                  f"{_mib(s['delta_kib']):.1f}", "-", f"{s['qnn_before']} -> {s['qnn_after']}"]
+        cells += [
+            "-",
+            "-",
+            f"{1000 * s['seconds'] / per:.0f}",
+            "-",
+            f"{_mib(s['peak_kib']):.0f}",
+            "-",
+            "-",
+            f"{_mib(s['delta_kib']):.1f}",
+            "-",
+            f"{s['qnn_before']} -> {s['qnn_after']}",
+        ]
     else:
         cells += [
             f"{o['seconds']:.3f}",
@@ -348,21 +412,41 @@ def format_row(
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--blocks", type=int, nargs="+", default=list(DEFAULT_BLOCKS),
-                   help="numbers of QNN blocks for the synthetic models (default: 25 50 100 200)")
+    p.add_argument(
+        "--blocks",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_BLOCKS),
+        help="numbers of QNN blocks for the synthetic models (default: 25 50 100 200)",
+    )
     p.add_argument("--repeat", type=int, default=1, help="take the min over k runs (default 1)")
     p.add_argument("--quick", action="store_true", help="blocks 25 and 50 only")
-    p.add_argument("--regimes", nargs="+", default=["same", "distinct"], choices=["same", "distinct"])
+    p.add_argument(
+        "--regimes", nargs="+", default=["same", "distinct"], choices=["same", "distinct"]
+    )
     p.add_argument("--no-cnn", action="store_true", help="skip the 4-layer qnn.conv2d CNN")
-    p.add_argument("--no-onnx", action="store_true",
-                   help="skip the QDQ ONNX models after FakeQuantizationToInteger (CNN, residual CNN, transformer block)")
-    p.add_argument("--no-zoo", action="store_true",
-                   help="skip the float relay.testing models (resnet18, mobilenet; weights bound as constants)")
-    p.add_argument("--policy", default="fold-qnn", choices=sorted(STOCK_FOR_POLICY),
-                   help="fold_guard policy; compared with FoldConstant(fold_qnn=True) for fold-qnn "
-                        "(the default), with FoldConstant() for default")
-    p.add_argument("--steps", action="store_true",
-                   help="also print fold_guard's per-step seconds and evaluation runs")
+    p.add_argument(
+        "--no-onnx",
+        action="store_true",
+        help="skip the QDQ ONNX models after FakeQuantizationToInteger (CNN, residual CNN, transformer block)",
+    )
+    p.add_argument(
+        "--no-zoo",
+        action="store_true",
+        help="skip the float relay.testing models (resnet18, mobilenet; weights bound as constants)",
+    )
+    p.add_argument(
+        "--policy",
+        default="fold-qnn",
+        choices=sorted(STOCK_FOR_POLICY),
+        help="fold_guard policy; compared with FoldConstant(fold_qnn=True) for fold-qnn "
+        "(the default), with FoldConstant() for default",
+    )
+    p.add_argument(
+        "--steps",
+        action="store_true",
+        help="also print fold_guard's per-step seconds and evaluation runs",
+    )
     # hidden worker flags
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default="synthetic", help=argparse.SUPPRESS)
@@ -380,8 +464,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     error = _adapter_import_error()
     if error is not None:
         impls = ("stock",)
-        print(f"NOTE: fold_guard.relay does not import ({error}); timing the stock pass only, "
-              "no comparison.", file=sys.stderr, flush=True)
+        print(
+            f"NOTE: fold_guard.relay does not import ({error}); timing the stock pass only, "
+            "no comparison.",
+            file=sys.stderr,
+            flush=True,
+        )
 
     blocks = list(QUICK_BLOCKS) if args.quick else args.blocks
     cases = [("synthetic", regime, n) for regime in args.regimes for n in blocks]
@@ -403,15 +491,21 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     stock_name = "FoldConstant(fold_qnn=True)" if args.policy == "fold-qnn" else "FoldConstant()"
     print()
-    print(f"stock = relay.transform.{stock_name}; ours = fold_guard.relay.fold(mod, policy={args.policy!r})")
-    print("| model | regime | blocks | stock s | ours s | speedup | stock ms/block | ours ms/block "
-          "| stock peak MiB | ours peak MiB | mem ratio | stock Δ MiB | ours Δ MiB | qnn calls | equal? |")
+    print(
+        f"stock = relay.transform.{stock_name}; ours = fold_guard.relay.fold(mod, policy={args.policy!r})"
+    )
+    print(
+        "| model | regime | blocks | stock s | ours s | speedup | stock ms/block | ours ms/block "
+        "| stock peak MiB | ours peak MiB | mem ratio | stock Δ MiB | ours Δ MiB | qnn calls | equal? |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for model, regime, n, best, equal in rows:
         print(format_row(model, regime, n, best["stock"], best.get("ours"), equal))
     if args.steps and "ours" in impls:
-        steps = sorted({k for *_, best, _ in rows for k in best["ours"].get("steps", {})},
-                       key=lambda k: (STEP_ORDER.index(k) if k in STEP_ORDER else len(STEP_ORDER), k))
+        steps = sorted(
+            {k for *_, best, _ in rows for k in best["ours"].get("steps", {})},
+            key=lambda k: (STEP_ORDER.index(k) if k in STEP_ORDER else len(STEP_ORDER), k),
+        )
         print()
         print("| model | regime | blocks | folded | evaluation runs | " + " | ".join(steps) + " |")
         print("|---|---|---:|---:|---:|" + "---:|" * len(steps))
@@ -425,10 +519,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 + " |"
             )
     print()
-    print(f"speedup = stock s / ours s (wall time of the pass only, min over --repeat runs; stock is "
-          f"{stock_name}); ms/block per synthetic block or per CNN layer; peak = VmHWM of the "
-          "worker process; Δ = peak minus RSS just before the pass; mem ratio = ours peak / stock peak; "
-          "qnn calls = qnn.* calls in main before -> after stock / after ours")
+    print(
+        f"speedup = stock s / ours s (wall time of the pass only, min over --repeat runs; stock is "
+        f"{stock_name}); ms/block per synthetic block or per CNN layer; peak = VmHWM of the "
+        "worker process; Δ = peak minus RSS just before the pass; mem ratio = ours peak / stock peak; "
+        "qnn calls = qnn.* calls in main before -> after stock / after ours"
+    )
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
     if any_diff:
         print(f"ERROR: fold_guard output differs from stock {stock_name}", file=sys.stderr)

@@ -59,8 +59,8 @@ class _Graph:
 
     def __init__(self, seed: int, scale: int = 1) -> None:
         self.rng = np.random.default_rng(seed)
-        self.nodes: List["onnx.NodeProto"] = []
-        self.initializers: List["onnx.TensorProto"] = []
+        self.nodes: List[onnx.NodeProto] = []
+        self.initializers: List[onnx.TensorProto] = []
         self._count = 0
         #: divides every channel width (the smoke test's tiny models); 1 for the real shapes
         self.scale = scale
@@ -81,7 +81,9 @@ class _Graph:
 
     def weight(self, prefix: str, shape: Tuple[int, ...], fan_in: int) -> str:
         # He-style initialisation keeps activations (and so the calibrated scales) sensible.
-        return self.const(prefix, (self.rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32))
+        return self.const(
+            prefix, (self.rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+        )
 
     def bias(self, prefix: str, size: int) -> str:
         return self.const(prefix, (self.rng.standard_normal(size) * 0.1).astype(np.float32))
@@ -95,8 +97,12 @@ class _Graph:
 
     # ------------------------------------------------------------------ layers
 
-    def conv(self, x: str, cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1) -> str:
-        w = self.weight("conv_w", (cout, cin // groups, kernel, kernel), cin // groups * kernel * kernel)
+    def conv(
+        self, x: str, cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1
+    ) -> str:
+        w = self.weight(
+            "conv_w", (cout, cin // groups, kernel, kernel), cin // groups * kernel * kernel
+        )
         pad = kernel // 2
         return self.node("Conv", [x, w, self.bias("conv_b", cout)], kernel_shape=[kernel, kernel],
                          strides=[stride, stride], pads=[pad] * 4, group=groups)  # fmt: skip
@@ -122,8 +128,12 @@ class _Graph:
         return self.linear(pooled, channels, NUM_CLASSES)
 
     def layer_norm(self, x: str, width: int) -> str:
-        gamma = self.const("ln_scale", (1.0 + self.rng.standard_normal(width) * 0.1).astype(np.float32))
-        return self.node("LayerNormalization", [x, gamma, self.bias("ln_bias", width)], axis=-1, epsilon=1e-5)
+        gamma = self.const(
+            "ln_scale", (1.0 + self.rng.standard_normal(width) * 0.1).astype(np.float32)
+        )
+        return self.node(
+            "LayerNormalization", [x, gamma, self.bias("ln_bias", width)], axis=-1, epsilon=1e-5
+        )
 
     def shape(self, dims: Sequence[int]) -> str:
         return self.const("shape", np.array(dims, np.int64))
@@ -136,16 +146,22 @@ class _Graph:
             y = self.node("Reshape", [self.linear(x, width, width), split])
             parts[part] = self.node("Transpose", [y], perm=perm)
         scores = self.node("MatMul", [parts["q"], parts["k"]])
-        scaled = self.node("Mul", [scores, self.const("attn_scale", np.array(1.0 / np.sqrt(head), np.float32))])
+        scaled = self.node(
+            "Mul", [scores, self.const("attn_scale", np.array(1.0 / np.sqrt(head), np.float32))]
+        )
         ctx = self.node("MatMul", [self.node("Softmax", [scaled], axis=-1), parts["v"]])
-        ctx = self.node("Reshape", [self.node("Transpose", [ctx], perm=[1, 0, 2]), self.shape([seq, width])])
+        ctx = self.node(
+            "Reshape", [self.node("Transpose", [ctx], perm=[1, 0, 2]), self.shape([seq, width])]
+        )
         return self.linear(ctx, width, width)
 
     def mlp(self, x: str, width: int, hidden: int) -> str:
         y = self.node("Gelu", [self.linear(x, width, hidden)], approximate="none")
         return self.linear(y, hidden, width)
 
-    def encoder_layer(self, x: str, seq: int, width: int, heads: int, hidden: int, pre_norm: bool) -> str:
+    def encoder_layer(
+        self, x: str, seq: int, width: int, heads: int, hidden: int, pre_norm: bool
+    ) -> str:
         if pre_norm:  # ViT: x + f(LN(x))
             x = self.node("Add", [x, self.attention(self.layer_norm(x, width), seq, width, heads)])
             return self.node("Add", [x, self.mlp(self.layer_norm(x, width), width, hidden)])
@@ -154,7 +170,7 @@ class _Graph:
         return self.layer_norm(self.node("Add", [x, self.mlp(x, width, hidden)]), width)
 
     def finish(self, name: str, inputs: Dict[str, Tuple[Tuple[int, ...], int]], output: str,
-               output_shape: Tuple[int, ...]) -> "onnx.ModelProto":  # fmt: skip
+               output_shape: Tuple[int, ...]) -> onnx.ModelProto:  # fmt: skip
         import onnx
         from onnx import TensorProto, helper
 
@@ -167,7 +183,9 @@ class _Graph:
         )
         # opset 20 for ONNX's Gelu; IR version 9 is the lowest that admits it and below what
         # onnxruntime 1.32 accepts (the default follows the installed onnx).
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], producer_name="fold_guard")
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 20)], producer_name="fold_guard"
+        )
         model.ir_version = 9
         onnx.checker.check_model(model)
         return model
@@ -179,7 +197,7 @@ def _image_input() -> Dict[str, Tuple[Tuple[int, ...], int]]:
     return {"input": (IMAGE_SHAPE, TensorProto.FLOAT)}
 
 
-def _resnet50(g: _Graph) -> "onnx.ModelProto":
+def _resnet50(g: _Graph) -> onnx.ModelProto:
     x = g.act(g.conv("input", 3, g.width(64), 7, 2), "relu")
     x = g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cin = g.width(64)
@@ -203,7 +221,9 @@ _EFFICIENTNET_B0_STAGES = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2),
                            (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))  # fmt: skip
 
 
-def _inverted_residual_net(g: _Graph, name: str, stages, act: str, squeeze_excite: bool) -> "onnx.ModelProto":
+def _inverted_residual_net(
+    g: _Graph, name: str, stages, act: str, squeeze_excite: bool
+) -> onnx.ModelProto:
     """MobileNetV2 / EfficientNet-B0: stem, inverted residual blocks, 1x1 head to 1280, classifier.
 
     A block: 1x1 expansion (absent at expansion 1), depthwise kxk, optionally squeeze-excite
@@ -231,62 +251,86 @@ def _inverted_residual_net(g: _Graph, name: str, stages, act: str, squeeze_excit
     return g.finish(name, _image_input(), g.classifier(x, last), (1, NUM_CLASSES))
 
 
-def _mobilenet_v2(g: _Graph) -> "onnx.ModelProto":
-    return _inverted_residual_net(g, "mobilenet_v2", _MOBILENET_V2_STAGES, "relu6", squeeze_excite=False)
+def _mobilenet_v2(g: _Graph) -> onnx.ModelProto:
+    return _inverted_residual_net(
+        g, "mobilenet_v2", _MOBILENET_V2_STAGES, "relu6", squeeze_excite=False
+    )
 
 
-def _efficientnet_b0(g: _Graph) -> "onnx.ModelProto":
-    return _inverted_residual_net(g, "efficientnet_b0", _EFFICIENTNET_B0_STAGES, "silu", squeeze_excite=True)
+def _efficientnet_b0(g: _Graph) -> onnx.ModelProto:
+    return _inverted_residual_net(
+        g, "efficientnet_b0", _EFFICIENTNET_B0_STAGES, "silu", squeeze_excite=True
+    )
 
 
-def _vit_small(g: _Graph) -> "onnx.ModelProto":
+def _vit_small(g: _Graph) -> onnx.ModelProto:
     width, heads, layers, patch = g.width(384), 6, 12, 16
     tokens = (IMAGE_SHAPE[2] // patch) * (IMAGE_SHAPE[3] // patch)
     seq = tokens + 1
     w = g.weight("patch_w", (width, 3, patch, patch), 3 * patch * patch)
-    x = g.node("Conv", ["input", w, g.bias("patch_b", width)], kernel_shape=[patch, patch], strides=[patch, patch])
+    x = g.node(
+        "Conv",
+        ["input", w, g.bias("patch_b", width)],
+        kernel_shape=[patch, patch],
+        strides=[patch, patch],
+    )
     x = g.node("Transpose", [g.node("Reshape", [x, g.shape([width, tokens])])], perm=[1, 0])
     cls = g.const("cls_token", (g.rng.standard_normal((1, width)) * 0.02).astype(np.float32))
     x = g.node("Concat", [cls, x], axis=0)
-    x = g.node("Add", [x, g.const("pos_embed", (g.rng.standard_normal((seq, width)) * 0.02).astype(np.float32))])
+    x = g.node(
+        "Add",
+        [x, g.const("pos_embed", (g.rng.standard_normal((seq, width)) * 0.02).astype(np.float32))],
+    )
     for _ in range(layers):
         x = g.encoder_layer(x, seq, width, heads, 4 * width, pre_norm=True)
     x = g.layer_norm(x, width)
     first = g.node("Gather", [x, g.const("cls_index", np.array([0], np.int64))], axis=0)
-    return g.finish("vit_small", _image_input(), g.linear(first, width, NUM_CLASSES), (1, NUM_CLASSES))
+    return g.finish(
+        "vit_small", _image_input(), g.linear(first, width, NUM_CLASSES), (1, NUM_CLASSES)
+    )
 
 
 BERT_SEQ = 128
 BERT_VOCAB = 30522
 
 
-def _bert_tiny(g: _Graph) -> "onnx.ModelProto":
+def _bert_tiny(g: _Graph) -> onnx.ModelProto:
     from onnx import TensorProto
 
     width, heads, layers, hidden, positions = g.width(128), 2, 2, g.width(512), 512
     vocab = BERT_VOCAB // g.scale
 
     def table(rows: int) -> str:
-        return g.const("embedding", (g.rng.standard_normal((rows, width)) * 0.02).astype(np.float32))
+        return g.const(
+            "embedding", (g.rng.standard_normal((rows, width)) * 0.02).astype(np.float32)
+        )
 
     ids = g.node("Reshape", ["input_ids", g.shape([BERT_SEQ])])
     x = g.node("Gather", [table(vocab), ids], axis=0)
     # a torch export gathers position and token-type rows with constant indices: constant subgraphs
-    pos = g.node("Gather", [table(positions), g.const("position_ids", np.arange(BERT_SEQ, dtype=np.int64))], axis=0)
-    typ = g.node("Gather", [table(2), g.const("token_type_ids", np.zeros(BERT_SEQ, np.int64))], axis=0)
+    pos = g.node(
+        "Gather",
+        [table(positions), g.const("position_ids", np.arange(BERT_SEQ, dtype=np.int64))],
+        axis=0,
+    )
+    typ = g.node(
+        "Gather", [table(2), g.const("token_type_ids", np.zeros(BERT_SEQ, np.int64))], axis=0
+    )
     x = g.layer_norm(g.node("Add", [g.node("Add", [x, pos]), typ]), width)
     for _ in range(layers):
         x = g.encoder_layer(x, BERT_SEQ, width, heads, hidden, pre_norm=False)
     first = g.node("Gather", [x, g.const("cls_index", np.array([0], np.int64))], axis=0)
     pooled = g.node("Tanh", [g.linear(first, width, width)])
-    return g.finish("bert_tiny", {"input_ids": ((1, BERT_SEQ), TensorProto.INT64)}, pooled, (1, width))
+    return g.finish(
+        "bert_tiny", {"input_ids": ((1, BERT_SEQ), TensorProto.INT64)}, pooled, (1, width)
+    )
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """A float model builder and how to make its calibration feeds."""
 
-    build: Callable[[_Graph], "onnx.ModelProto"]
+    build: Callable[[_Graph], onnx.ModelProto]
     feed: Callable[[np.random.Generator, int], Dict[str, np.ndarray]]
 
 
@@ -307,12 +351,12 @@ MODELS: Dict[str, ModelSpec] = {
 }
 
 
-def build_float(name: str, seed: int = 0, *, scale: int = 1) -> "onnx.ModelProto":
+def build_float(name: str, seed: int = 0, *, scale: int = 1) -> onnx.ModelProto:
     """The float32 model ``name`` of :data:`MODELS`; ``scale`` > 1 divides every width (tests)."""
     return MODELS[name].build(_Graph(seed, scale))
 
 
-def build_quantized(name: str, form: str, seed: int = 0, *, scale: int = 1) -> "onnx.ModelProto":
+def build_quantized(name: str, form: str, seed: int = 0, *, scale: int = 1) -> onnx.ModelProto:
     """``build_float(name)`` quantized by onnxruntime in ``form`` (one of :data:`FORMS`)."""
     # The project's one quantize_static call, so these models share every quantizer option with
     # the test models (a private helper of examples/_common/onnx_models.py; fine for a benchmark).
@@ -326,7 +370,7 @@ def build_quantized(name: str, form: str, seed: int = 0, *, scale: int = 1) -> "
                          float_weights=form == "float_weights")  # fmt: skip
 
 
-def model_stats(float_model: "onnx.ModelProto") -> Dict[str, int]:
+def model_stats(float_model: onnx.ModelProto) -> Dict[str, int]:
     """Weight layers (``Conv`` / ``Gemm`` / ``MatMul`` on an initializer, embedding ``Gather``),
     parameters and fp32 initializer bytes of a float model."""
     from onnx import numpy_helper

@@ -28,10 +28,10 @@ from typing import Any, Callable, Dict, List, Tuple, TypeVar
 
 import numpy as np
 import tvm
+from _common import onnx_models, relax_byoc
 from tvm import relax
 
 import fold_guard.relax as fgr
-from _common import onnx_models, relax_byoc
 
 T = TypeVar("T")
 POLICY = "qdq-accelerator"
@@ -85,7 +85,9 @@ def main() -> None:
             partitioned = relax_byoc.partition_for_qdq_npu(mod)
             offloaded = relax_byoc.count_offloaded(partitioned)["offloaded"]
             when = "-" if seconds is None else f"{seconds * 1000:.0f} ms"
-            print(f"{name:18s} {path:28s} {f'{offloaded} / {total}':>9s} {constant_bytes(mod):>10d} B {when:>10s}")
+            print(
+                f"{name:18s} {path:28s} {f'{offloaded} / {total}':>9s} {constant_bytes(mod):>10d} B {when:>10s}"
+            )
         plans.append(f"{name}: {result.plan.explain(verbose=False)}")
         checks.append((name, model, imported, relax_byoc.partition_for_qdq_npu(result.mod)))
 

@@ -29,12 +29,12 @@ from typing import Callable, List, Tuple
 
 import numpy as np
 import tvm
+from _common import onnx_models
+from _common.relay_byoc import has_int8_constant_weight, quantized_calls
 from tvm import relay
 
 import fold_guard.relay as fgr
 from fold_guard import FoldPlan, Reason
-from _common import onnx_models
-from _common.relay_byoc import has_int8_constant_weight, quantized_calls
 
 
 def count_calls(mod: tvm.IRModule, op_name: str, *, constant_args: bool = False) -> int:
@@ -58,7 +58,11 @@ def count_calls(mod: tvm.IRModule, op_name: str, *, constant_args: bool = False)
 def summarize(plan: FoldPlan) -> str:
     """What folded, and what was constant but kept (and why), by op."""
     folded = Counter(d.op for d in plan.folded)
-    kept = Counter(f"{d.op} ({d.reason.text})" for d in plan.decisions if d.reason not in (Reason.FOLDED, Reason.NOT_CONSTANT))
+    kept = Counter(
+        f"{d.op} ({d.reason.text})"
+        for d in plan.decisions
+        if d.reason not in (Reason.FOLDED, Reason.NOT_CONSTANT)
+    )
     return (
         f"folded: {', '.join(f'{n} {op}' for op, n in sorted(folded.items())) or 'nothing'}; "
         f"constant but kept: {', '.join(f'{n} {op}' for op, n in sorted(kept.items())) or 'nothing'}"
@@ -73,7 +77,9 @@ def timed(step: Callable[[], tvm.IRModule]) -> Tuple[tvm.IRModule, float]:
 
 def main() -> None:
     model = onnx_models.make_qdq_cnn(seed=0, float_weights=True)
-    fq2i = relay.transform.InferType()(relay.transform.FakeQuantizationToInteger()(onnx_models.import_relay(model)))
+    fq2i = relay.transform.InferType()(
+        relay.transform.FakeQuantizationToInteger()(onnx_models.import_relay(model))
+    )
     n_quantized = len(quantized_calls(fq2i["main"]))
 
     stock, stock_seconds = timed(lambda: relay.transform.FoldConstant()(fq2i))
@@ -85,7 +91,9 @@ def main() -> None:
     ours_seconds = time.perf_counter() - start
 
     print(f"QDQ CNN after FakeQuantizationToInteger: {n_quantized} quantized convs/denses")
-    print(f"allow_constant_qnn wrapped {count_calls(annotated, 'fold_allow')} constant QNN subgraphs in fold_allow")
+    print(
+        f"allow_constant_qnn wrapped {count_calls(annotated, 'fold_allow')} constant QNN subgraphs in fold_allow"
+    )
     print()
     print("== fold_guard FoldConstant() after allow_constant_qnn ==")
     print(result.report.explain(verbose=False))
@@ -104,8 +112,10 @@ def main() -> None:
         quantizes = count_calls(mod, "qnn.quantize", constant_args=True)
         print(f"{name:46s} {quantizes:>15d} {f'{ready} of {len(calls)}':>19s} {seconds:>10s}")
     same = tvm.ir.structural_equal(result.mod, stock_qnn, map_free_vars=True)
-    print(f"fold_guard's module {'equals' if same else 'differs from'} stock fold_qnn=True's "
-          "(here the weight quantizes are the only constant QNN calls)")
+    print(
+        f"fold_guard's module {'equals' if same else 'differs from'} stock fold_qnn=True's "
+        "(here the weight quantizes are the only constant QNN calls)"
+    )
     print()
 
     feed = onnx_models.sample_input(seed=1)

@@ -26,10 +26,10 @@ from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import tvm
+from _common import onnx_models
 from tvm import relax
 
 import fold_guard.relax as fgr
-from _common import onnx_models
 
 MODELS: List[Tuple[str, Callable]] = [
     ("qdq_cnn", onnx_models.make_qdq_cnn),
@@ -66,13 +66,18 @@ def qdq_constants(mod: tvm.IRModule) -> Dict[str, int]:
                 continue
             if call.op.name == "relax.quantize":
                 counts["quantize(const)"] += 1
-            elif call.op.name == "relax.dequantize" and data.value.dtype.startswith(("int", "uint")):
+            elif call.op.name == "relax.dequantize" and data.value.dtype.startswith(
+                ("int", "uint")
+            ):
                 counts["dequantize(int const)"] += 1
     return counts
 
 
 def main() -> None:
-    header = f"{'model':<18} {'module':<30} {'quantize(const)':>15} {'dequantize(int const)':>21}  max |out - onnxruntime|"
+    header = (
+        f"{'model':<18} {'module':<30} {'quantize(const)':>15} {'dequantize(int const)':>21}"
+        "  max |out - onnxruntime|"
+    )
     print(header)
     print("-" * len(header))
     all_ok = True

@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 import tvm
+from _common import onnx_models
 from tvm import relax
 
 import fold_guard.relax as fgr
-from _common import onnx_models
 
 
 def count_constant_calls(mod: tvm.IRModule, op_name: str) -> int:
@@ -67,7 +67,9 @@ def main() -> None:
         ("stock FoldConstant", stock),
         ("fold_guard keep-qdq-weights", result.mod),
     ]
-    print(f"{'module':30s} {'quantize(const)':>16s} {'dequantize(const)':>18s} {'max |out - onnxruntime|':>24s}")
+    print(
+        f"{'module':30s} {'quantize(const)':>16s} {'dequantize(const)':>18s} {'max |out - onnxruntime|':>24s}"
+    )
     for name, module in rows:
         output = onnx_models.run_relax(module, list(inputs.values()))[0]
         error = float(np.max(np.abs(output - reference)))

@@ -30,11 +30,11 @@ import time
 from typing import Callable, Tuple, TypeVar
 
 import numpy as np
+from _common import onnx_models
+from _common import relay_byoc as byoc
 from tvm import relay
 
 import fold_guard.relay as fgr
-from _common import onnx_models
-from _common import relay_byoc as byoc
 
 POLICY = "qdq-accelerator"
 T = TypeVar("T")
@@ -49,53 +49,74 @@ def timed(step: Callable[[], T]) -> Tuple[T, float]:
 
 def main() -> None:
     model = onnx_models.make_qdq_cnn(seed=0, float_weights=True)
-    fq2i = relay.transform.InferType()(relay.transform.FakeQuantizationToInteger()(onnx_models.import_relay(model)))
+    fq2i = relay.transform.InferType()(
+        relay.transform.FakeQuantizationToInteger()(onnx_models.import_relay(model))
+    )
     n_quantized = len(byoc.quantized_calls(fq2i["main"]))
-    print(f"QDQ CNN after FakeQuantizationToInteger: {n_quantized} quantized convs/denses, "
-          f"backend {byoc.NPU_TARGET!r}")
+    print(
+        f"QDQ CNN after FakeQuantizationToInteger: {n_quantized} quantized convs/denses, "
+        f"backend {byoc.NPU_TARGET!r}"
+    )
     print()
 
     # 1. Fold, then partition.
     ours, ours_seconds = timed(lambda: fgr.fold(fq2i, policy=POLICY, strict=True))
     rows = [
         ("stock FoldConstant()", *timed(lambda: relay.transform.FoldConstant()(fq2i))),
-        ("stock FoldConstant(fold_qnn=True)", *timed(lambda: relay.transform.FoldConstant(fold_qnn=True)(fq2i))),
+        (
+            "stock FoldConstant(fold_qnn=True)",
+            *timed(lambda: relay.transform.FoldConstant(fold_qnn=True)(fq2i)),
+        ),
         (f"fold_guard FoldConstant({POLICY!r})", ours.mod, ours_seconds),
     ]
     print("1. fold before partitioning")
-    print(f"{'fold':44s} {'fold time':>9s}  {'offloaded with int8 constant weight':>35s}  {'external functions':>18s}")
+    print(
+        f"{'fold':44s} {'fold time':>9s}  {'offloaded with int8 constant weight':>35s}  {'external functions':>18s}"
+    )
     for name, folded, seconds in rows:
         partitioned = byoc.partition_for_qnn_npu(folded)
         offload = byoc.count_offloaded(partitioned)
         external = len(byoc.external_functions(partitioned))
-        print(f"{name:44s} {seconds:>7.3f} s  {str(offload):>35s}  {external:>18d}")
+        print(f"{name:44s} {seconds:>7.3f} s  {offload!s:>35s}  {external:>18d}")
     print()
     print(f"fold_guard's plan ({POLICY}):")
     print(ours.plan.explain(verbose=False))
     kept = [d for d in ours.plan.kept if d.reason.text != "not constant"]
-    print(f"folded: {len(ours.plan.folded)} x {', '.join(sorted({d.op for d in ours.plan.folded}))}; "
-          f"constant but kept: {len(kept)}")
+    print(
+        f"folded: {len(ours.plan.folded)} x {', '.join(sorted({d.op for d in ours.plan.folded}))}; "
+        f"constant but kept: {len(kept)}"
+    )
     print()
 
     # 2. Partition, then fold each external function in the codegen.
     first = byoc.partition_for_qnn_npu(fq2i, fold_in_codegen=True)
     before = byoc.count_offloaded(first)
     print("2. partition first, fold in the codegen")
-    print(f"partitioned before folding: {before.offloaded} of {before.total} quantized convs/denses offloaded, "
-          f"{before.int8_weights} with an int8 constant weight")
+    print(
+        f"partitioned before folding: {before.offloaded} of {before.total} quantized convs/denses offloaded, "
+        f"{before.int8_weights} with an int8 constant weight"
+    )
     codegen = byoc.QnnNpuCodegen(policy=POLICY)
     feed = onnx_models.sample_input(seed=1)
     with byoc.registered_codegen(codegen):
         output = onnx_models.run_relay(first, feed)[0]
-    ready = sum(byoc.has_int8_constant_weight(call) for func in codegen.folded for call in byoc.quantized_calls(func))
+    ready = sum(
+        byoc.has_int8_constant_weight(call)
+        for func in codegen.folded
+        for call in byoc.quantized_calls(func)
+    )
     total = sum(len(byoc.quantized_calls(func)) for func in codegen.folded)
-    print(f"the codegen folded {len(codegen.folded)} external functions with fold_function: "
-          f"{ready} of {total} offloaded convs/denses now have an int8 constant weight")
+    print(
+        f"the codegen folded {len(codegen.folded)} external functions with fold_function: "
+        f"{ready} of {total} offloaded convs/denses now have an int8 constant weight"
+    )
     unfolded = onnx_models.run_relay(fq2i, feed)[0]
     reference = onnx_models.run_onnxruntime(model, feed)[0]
     atol = onnx_models.output_atol(model)
     error = float(np.max(np.abs(output - reference)))
-    print(f"partitioned module vs the unfolded module: {'identical' if np.array_equal(output, unfolded) else 'DIFFERENT'}")
+    print(
+        f"partitioned module vs the unfolded module: {'identical' if np.array_equal(output, unfolded) else 'DIFFERENT'}"
+    )
     status = "ok" if error <= atol else f"ABOVE tolerance {atol:.4g}"
     print(f"partitioned module vs onnxruntime: max |diff| {error:.6f} (atol {atol:.6f}): {status}")
 

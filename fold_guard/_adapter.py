@@ -29,7 +29,12 @@ class FoldConstantPass:
     """
 
     def __init__(
-        self, fold: Callable[..., Any], implementation: str, policy: FoldPolicy, strict: bool, **options: object
+        self,
+        fold: Callable[..., Any],
+        implementation: str,
+        policy: FoldPolicy,
+        strict: bool,
+        **options: object,
     ) -> None:
         self._fold = fold
         self._options: Dict[str, object] = dict(options)
@@ -48,15 +53,30 @@ _PASS_CLASSES: Dict[int, Any] = {}
 
 
 def fold_constant_pass(
-    fold: Callable[..., Any], *, opt_level: int, implementation: str, policy: FoldPolicy, strict: bool, **options: object
+    fold: Callable[..., Any],
+    *,
+    opt_level: int,
+    implementation: str,
+    policy: FoldPolicy,
+    strict: bool,
+    **options: object,
 ) -> tvm.transform.Pass:
     """A module pass named like the stock ``FoldConstant`` at ``opt_level`` that runs ``fold``."""
     if opt_level not in _PASS_CLASSES:
-        _PASS_CLASSES[opt_level] = tvm.transform.module_pass(opt_level=opt_level, name=PASS_NAME)(FoldConstantPass)
+        _PASS_CLASSES[opt_level] = tvm.transform.module_pass(opt_level=opt_level, name=PASS_NAME)(
+            FoldConstantPass
+        )
     return _PASS_CLASSES[opt_level](fold, implementation, policy, strict, **options)
 
 
-def check_module(mod: object, adapter: str, function_types: Tuple[type, ...], *, not_module_hint: str, other_ir_hint: str) -> None:
+def check_module(
+    mod: object,
+    adapter: str,
+    function_types: Tuple[type, ...],
+    *,
+    not_module_hint: str,
+    other_ir_hint: str,
+) -> None:
     """Raise UnsupportedIRError unless ``mod`` is an IRModule whose functions are ``function_types``.
 
     ``adapter`` names the adapter in messages (``fold_guard.relax``); the hints say what to do
@@ -64,7 +84,9 @@ def check_module(mod: object, adapter: str, function_types: Tuple[type, ...], *,
     function of another IR.
     """
     if not isinstance(mod, tvm.IRModule):
-        raise UnsupportedIRError(f"{adapter} expects a tvm.IRModule, got {type(mod).__name__}; hint: {not_module_hint}")
+        raise UnsupportedIRError(
+            f"{adapter} expects a tvm.IRModule, got {type(mod).__name__}; hint: {not_module_hint}"
+        )
     for gvar, func in mod.functions.items():
         if not isinstance(func, function_types):
             raise UnsupportedIRError(

@@ -16,12 +16,20 @@ pytestmark = pytest.mark.slow
 
 def test_qdq_example_keeps_weight_patterns_and_matches_onnxruntime() -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "qdq_cnn.py")], capture_output=True, text=True, cwd=ROOT, timeout=600
+        [sys.executable, str(ROOT / "examples" / "qdq_cnn.py")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr
     rows = {
         match.group(1).strip(): (int(match.group(2)), int(match.group(3)), match.group(4))
-        for match in re.finditer(r"^(imported|stock FoldConstant|fold_guard keep-qdq-weights)\s+(\d+)\s+(\d+)\s+\S+ \((.*)\)$", result.stdout, re.M)
+        for match in re.finditer(
+            r"^(imported|stock FoldConstant|fold_guard keep-qdq-weights)\s+(\d+)\s+(\d+)\s+\S+ \((.*)\)$",
+            result.stdout,
+            re.M,
+        )
     }
     # imported: 5 quantize(fp32 weight const); 5 dequantize(int32 bias const)
     assert rows["imported"][:2] == (5, 5)
@@ -35,7 +43,11 @@ def test_qdq_example_keeps_weight_patterns_and_matches_onnxruntime() -> None:
 
 def _run_example(name: str) -> str:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, cwd=ROOT, timeout=600
+        [sys.executable, str(ROOT / "examples" / name)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
@@ -54,7 +66,9 @@ def test_frontend_annotation_example_keeps_every_weight_pattern_through_stock_fo
     models = {model for model, _ in rows}
     assert models == {"qdq_cnn", "residual_cnn", "transformer_block"}, out
     for model in models:
-        weights, biases = rows[model, "imported"][:2]  # quantize(fp32 weight), dequantize(int32 bias)
+        weights, biases = rows[model, "imported"][
+            :2
+        ]  # quantize(fp32 weight), dequantize(int32 bias)
         assert weights > 0
         # stock folding leaves no Q/DQ pattern at all
         assert rows[model, "stock FoldConstant"][:2] == (0, 0)
@@ -62,7 +76,10 @@ def test_frontend_annotation_example_keeps_every_weight_pattern_through_stock_fo
         assert rows[model, "annotated, stock FoldConstant"][:2] == (0, weights + biases)
         assert all(status == "ok" for (m, _), (*_, status) in rows.items() if m == model)
     placed_counts = [int(n) for n in re.findall(r"annotate placed (\d+) fold_barrier", out)]
-    assert placed_counts == [rows[m, "annotated, stock FoldConstant"][1] for m in ("qdq_cnn", "residual_cnn", "transformer_block")]
+    assert placed_counts == [
+        rows[m, "annotated, stock FoldConstant"][1]
+        for m in ("qdq_cnn", "residual_cnn", "transformer_block")
+    ]
     assert out.rstrip().endswith("ok")
 
 
@@ -70,9 +87,15 @@ def test_backend_partition_example_offloads_every_quantized_op_only_after_fold_g
     out = _run_example("backend_partition.py")
     paths = ("imported (not folded)", "stock FoldConstant", "fold_guard qdq-accelerator")
     rows = {
-        (match.group(1), match.group(2)): (int(match.group(3)), int(match.group(4)), int(match.group(5)))
+        (match.group(1), match.group(2)): (
+            int(match.group(3)),
+            int(match.group(4)),
+            int(match.group(5)),
+        )
         for match in re.finditer(
-            r"^(\w+)\s+(" + "|".join(re.escape(p) for p in paths) + r")\s+(\d+) / (\d+)\s+(\d+) B", out, re.M
+            r"^(\w+)\s+(" + "|".join(re.escape(p) for p in paths) + r")\s+(\d+) / (\d+)\s+(\d+) B",
+            out,
+            re.M,
         )
     }
     # Quantized convs + matmuls per model: 4 Conv + Gemm; 6 Conv + Gemm; 6 MatMul with weights.

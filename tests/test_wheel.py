@@ -22,11 +22,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Never copied: environments, caches and earlier build output (a stale build/lib would end up in
 #: the wheel and hide what this checks).
-_NOT_SOURCE = (".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "*.onnx")
+_NOT_SOURCE = (
+    ".git",
+    ".venv*",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    ".hypothesis",
+    "*.onnx",
+)
 
 #: Modules the installed package must never import: the fixtures (``_common``, ``support``) and
 #: packages that are test or example dependencies only.
-_NOT_DEPENDENCIES = {"_common", "support", "tests", "examples", "onnxruntime", "pytest", "hypothesis"}
+_NOT_DEPENDENCIES = {
+    "_common",
+    "support",
+    "tests",
+    "examples",
+    "onnxruntime",
+    "pytest",
+    "hypothesis",
+}
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +76,13 @@ def test_wheel_holds_the_package_files_and_nothing_else(wheel: zipfile.ZipFile) 
     assert not any(name.startswith("fold_guard/testing/") for name in names)
     metadata = {name.split("/", 1)[1] for name in dist_info}
     assert {"METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt"} <= metadata
-    assert wheel.read(next(n for n in dist_info if n.endswith("/top_level.txt"))).decode().split() == ["fold_guard"]
-    assert "fold-guard = fold_guard.cli:main" in wheel.read(next(n for n in dist_info if n.endswith("/entry_points.txt"))).decode()
+    assert wheel.read(
+        next(n for n in dist_info if n.endswith("/top_level.txt"))
+    ).decode().split() == ["fold_guard"]
+    assert (
+        "fold-guard = fold_guard.cli:main"
+        in wheel.read(next(n for n in dist_info if n.endswith("/entry_points.txt"))).decode()
+    )
 
 
 @pytest.mark.slow
@@ -76,5 +99,9 @@ def test_wheel_modules_import_no_fixture_and_no_test_dependency(wheel: zipfile.Z
                     continue
                 for module in modules:
                     imported.setdefault(module.split(".")[0], set()).add(name)
-    assert "numpy" in imported  # the walk saw the imports (numpy is a dependency every adapter uses)
-    assert {module: sorted(files) for module, files in imported.items() if module in _NOT_DEPENDENCIES} == {}
+    assert (
+        "numpy" in imported
+    )  # the walk saw the imports (numpy is a dependency every adapter uses)
+    assert {
+        module: sorted(files) for module, files in imported.items() if module in _NOT_DEPENDENCIES
+    } == {}

@@ -28,7 +28,9 @@ class CodegenInput:
             self.mod = mod
 
 
-def compile_with_codegen_input(mod: tvm.IRModule, target: str = "llvm") -> Tuple[tvm.runtime.Executable, tvm.IRModule]:
+def compile_with_codegen_input(
+    mod: tvm.IRModule, target: str = "llvm"
+) -> Tuple[tvm.runtime.Executable, tvm.IRModule]:
     """``tvm.compile(mod, target)`` and the module its VM codegen received."""
     instrument = CodegenInput()
     with tvm.transform.PassContext(instruments=[instrument]):

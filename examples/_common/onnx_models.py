@@ -106,6 +106,7 @@ __all__ = [
     "graph_inputs",
     "import_relax",
     "import_relay",
+    "initializer_inputs",
     "input_feed",
     "make_qdq_cnn",
     "make_residual_cnn",
@@ -117,7 +118,6 @@ __all__ = [
     "run_relay",
     "sample_input",
     "tolerance_steps",
-    "initializer_inputs",
     "weight_shapes",
 ]
 
@@ -176,7 +176,7 @@ _ACTIVATION_TYPES = ("uint8", "int8")
 RELAY_TARGET = f"llvm -mtriple={platform.machine()}-linux-gnu"
 
 
-def _fp32_cnn(rng: np.random.Generator) -> "onnx.ModelProto":
+def _fp32_cnn(rng: np.random.Generator) -> onnx.ModelProto:
     """Build the float model: 4 Conv+Relu, GlobalAveragePool, Flatten, Gemm."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -270,13 +270,13 @@ def _check_activation_type(activation_type: str) -> None:
 
 
 def _quantize_qdq(
-    float_model: "onnx.ModelProto",
+    float_model: onnx.ModelProto,
     calibration: Sequence[Dict[str, np.ndarray]],
     *,
     activation_type: str,
     float_weights: bool,
     extra_options: Optional[Dict[str, object]] = None,
-) -> "onnx.ModelProto":
+) -> onnx.ModelProto:
     """Quantize a float model to per-channel QDQ form with onnxruntime's ``quantize_static``.
 
     The one place every model of this module is quantized: ``QuantFormat.QDQ``,
@@ -300,7 +300,7 @@ def _quantize_qdq(
         def __init__(self) -> None:
             self._it = iter(calibration)
 
-        def get_next(self):  # noqa: ANN201 - onnxruntime's signature
+        def get_next(self):
             return next(self._it, None)
 
     options: Dict[str, object] = dict(extra_options or {})
@@ -333,7 +333,7 @@ def make_qdq_cnn(
     activation_type: str = "uint8",
     float_weights: bool = False,
     keep_relu: bool = True,
-) -> "onnx.ModelProto":
+) -> onnx.ModelProto:
     """Build a small CNN and quantize it to per-channel QDQ form with onnxruntime.
 
     The float model has input ``"input"`` of shape ``(1, 3, 16, 16)`` float32, four 3x3 ``Conv``
@@ -392,13 +392,13 @@ def _normal(rng: np.random.Generator, shape: Tuple[int, ...], std: float) -> np.
 
 
 def _finish(
-    nodes: List["onnx.NodeProto"],
+    nodes: List[onnx.NodeProto],
     name: str,
     inputs: Sequence[Tuple[str, Tuple[int, ...]]],
     outputs: Sequence[Tuple[str, Tuple[int, ...]]],
-    initializers: List["onnx.TensorProto"],
+    initializers: List[onnx.TensorProto],
     opset: int,
-) -> "onnx.ModelProto":
+) -> onnx.ModelProto:
     """Wrap float32 nodes into a checked model (IR version pinned, as in :func:`_fp32_cnn`)."""
     import onnx
     from onnx import TensorProto, helper
@@ -420,7 +420,7 @@ def _finish(
     return model
 
 
-def float_residual_cnn(seed: int = 0) -> "onnx.ModelProto":
+def float_residual_cnn(seed: int = 0) -> onnx.ModelProto:
     """The float model that :func:`make_residual_cnn` quantizes.
 
     Input ``"input"`` ``(1, 3, 16, 16)``; stem ``Conv`` 3 -> 8 (3x3) + ``Relu``; a residual block
@@ -448,8 +448,8 @@ def float_residual_cnn(seed: int = 0) -> "onnx.ModelProto":
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(seed)
-    nodes: List["onnx.NodeProto"] = []
-    initializers: List["onnx.TensorProto"] = []
+    nodes: List[onnx.NodeProto] = []
+    initializers: List[onnx.TensorProto] = []
 
     def conv(x: str, name: str, cin: int, cout: int, kernel: int, stride: int) -> str:
         # He-style initialisation keeps activations in a sensible range through the stack.
@@ -511,7 +511,7 @@ def float_residual_cnn(seed: int = 0) -> "onnx.ModelProto":
 
 def make_residual_cnn(
     seed: int = 0, *, activation_type: str = "uint8", float_weights: bool = False
-) -> "onnx.ModelProto":
+) -> onnx.ModelProto:
     """A small residual CNN (:func:`float_residual_cnn`) quantized to per-channel QDQ form.
 
     Quantized as :func:`make_qdq_cnn` is (``quantize_static``, QDQ, per-channel int8 weights,
@@ -556,7 +556,7 @@ def make_residual_cnn(
     )
 
 
-def float_transformer_block(seed: int = 0) -> "onnx.ModelProto":
+def float_transformer_block(seed: int = 0) -> onnx.ModelProto:
     """The float model that :func:`make_transformer_block` quantizes.
 
     A pre-norm transformer encoder block on input ``"tokens"`` of shape :data:`TOKENS_SHAPE`
@@ -611,8 +611,8 @@ def float_transformer_block(seed: int = 0) -> "onnx.ModelProto":
     rng = np.random.default_rng(seed)
     batch, seq, width = TOKENS_SHAPE
     head = width // NUM_HEADS
-    nodes: List["onnx.NodeProto"] = []
-    initializers: List["onnx.TensorProto"] = []
+    nodes: List[onnx.NodeProto] = []
+    initializers: List[onnx.TensorProto] = []
 
     def const(name: str, value: np.ndarray) -> str:
         initializers.append(numpy_helper.from_array(value, name))
@@ -670,7 +670,7 @@ def float_transformer_block(seed: int = 0) -> "onnx.ModelProto":
 
 def make_transformer_block(
     seed: int = 0, *, activation_type: str = "uint8", float_weights: bool = False
-) -> "onnx.ModelProto":
+) -> onnx.ModelProto:
     """A small transformer encoder block (:func:`float_transformer_block`) in QDQ form.
 
     Quantized by the same ``quantize_static`` call as :func:`make_qdq_cnn` (QDQ, per-channel
@@ -717,7 +717,7 @@ def make_transformer_block(
     )
 
 
-def import_relax(model: "onnx.ModelProto") -> "tvm.IRModule":
+def import_relax(model: onnx.ModelProto) -> tvm.IRModule:
     """Import a model into Relax with weights as constants.
 
     Parameters
@@ -741,7 +741,7 @@ def import_relax(model: "onnx.ModelProto") -> "tvm.IRModule":
 
 #: The QDQ model builders of this module by name, for parametrized tests. Each takes ``seed`` and
 #: the keyword options ``activation_type`` and ``float_weights``.
-MODEL_BUILDERS: Dict[str, Callable[..., "onnx.ModelProto"]] = {
+MODEL_BUILDERS: Dict[str, Callable[..., onnx.ModelProto]] = {
     "qdq_cnn": make_qdq_cnn,
     "residual_cnn": make_residual_cnn,
     "transformer_block": make_transformer_block,
@@ -757,7 +757,7 @@ MODEL_BUILDERS: Dict[str, Callable[..., "onnx.ModelProto"]] = {
 _RELAY_CONVERT = {"use_nt_batch_matmul": True}
 
 
-def import_relay(model: "onnx.ModelProto") -> "tvm.IRModule":
+def import_relay(model: onnx.ModelProto) -> tvm.IRModule:
     """Import a model into Relay with its weights bound as constants.
 
     Parameters
@@ -771,7 +771,8 @@ def import_relay(model: "onnx.ModelProto") -> "tvm.IRModule":
     tvm.IRModule
         ``tvm.relay.frontend.from_onnx(model, shape=...,
         convert_config={"use_nt_batch_matmul": True})`` (upstream TVM's default, see
-        ``_RELAY_CONVERT``) with the returned parameters bound into ``main`` (``relay.build_module.bind_params_by_name``) and ``InferType`` run, so
+        ``_RELAY_CONVERT``) with the returned parameters bound into ``main``
+        (``relay.build_module.bind_params_by_name``) and ``InferType`` run, so
         every weight is a ``relay.Constant`` that folding can see. ``main`` takes the model's
         graph inputs (for :func:`make_qdq_cnn`, the single input ``input``).
 
@@ -802,7 +803,7 @@ def import_relay(model: "onnx.ModelProto") -> "tvm.IRModule":
 
 
 def run_relay(
-    mod: "tvm.IRModule",
+    mod: tvm.IRModule,
     inputs: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]],
     *,
     opt_level: int = 3,
@@ -851,7 +852,7 @@ def run_relay(
 
 
 def run_onnxruntime(
-    model: "onnx.ModelProto", inputs: Dict[str, np.ndarray], *, fuse_qdq: bool = True
+    model: onnx.ModelProto, inputs: Dict[str, np.ndarray], *, fuse_qdq: bool = True
 ) -> List[np.ndarray]:
     """Run a model on onnxruntime's CPU provider.
 
@@ -890,7 +891,7 @@ def run_onnxruntime(
     return [np.asarray(out) for out in session.run(None, inputs)]
 
 
-def run_relax(mod: "tvm.IRModule", inputs: List[np.ndarray]) -> List[np.ndarray]:
+def run_relax(mod: tvm.IRModule, inputs: List[np.ndarray]) -> List[np.ndarray]:
     """Compile a Relax module for the host CPU and run its ``main``.
 
     Parameters
@@ -916,7 +917,7 @@ def run_relax(mod: "tvm.IRModule", inputs: List[np.ndarray]) -> List[np.ndarray]
     return build_and_run(mod, inputs)
 
 
-def graph_inputs(model: "onnx.ModelProto") -> Dict[str, Tuple[int, ...]]:
+def graph_inputs(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
     """The inputs a caller feeds to a model: name -> static shape, in graph order.
 
     Parameters
@@ -942,7 +943,7 @@ def graph_inputs(model: "onnx.ModelProto") -> Dict[str, Tuple[int, ...]]:
     }
 
 
-def initializer_inputs(model: "onnx.ModelProto", op_type: str) -> List[Tuple[str, Tuple[int, ...]]]:
+def initializer_inputs(model: onnx.ModelProto, op_type: str) -> List[Tuple[str, Tuple[int, ...]]]:
     """(dtype, shape) of the initializer feeding input 0 of every ``op_type`` node, in node order.
 
     What an importer turns into a constant operand: for ``"DequantizeLinear"`` the stored integer
@@ -961,7 +962,7 @@ def initializer_inputs(model: "onnx.ModelProto", op_type: str) -> List[Tuple[str
     ]
 
 
-def weight_shapes(model: "onnx.ModelProto") -> List[Tuple[int, ...]]:
+def weight_shapes(model: onnx.ModelProto) -> List[Tuple[int, ...]]:
     """Shapes of the constant weights of a model's ``Conv``, ``Gemm`` and ``MatMul`` nodes.
 
     Works on a float model and on its QDQ form alike: a weight is input 1 of such a node that is
@@ -1005,7 +1006,7 @@ def weight_shapes(model: "onnx.ModelProto") -> List[Tuple[int, ...]]:
     return shapes
 
 
-def input_feed(model: "onnx.ModelProto", seed: int = 1) -> Dict[str, np.ndarray]:
+def input_feed(model: onnx.ModelProto, seed: int = 1) -> Dict[str, np.ndarray]:
     """A fixed-seed feed for any model of this module (or any model with float32 inputs).
 
     Parameters
@@ -1043,7 +1044,7 @@ def input_feed(model: "onnx.ModelProto", seed: int = 1) -> Dict[str, np.ndarray]
     return feed
 
 
-def sample_input(seed: int = 1, model: "Optional[onnx.ModelProto]" = None) -> Dict[str, np.ndarray]:
+def sample_input(seed: int = 1, model: Optional[onnx.ModelProto] = None) -> Dict[str, np.ndarray]:
     """A fixed-seed input for the model of :func:`make_qdq_cnn`, or for ``model``.
 
     Parameters
@@ -1065,7 +1066,7 @@ def sample_input(seed: int = 1, model: "Optional[onnx.ModelProto]" = None) -> Di
     return {INPUT_NAME: rng.standard_normal(INPUT_SHAPE).astype(np.float32)}
 
 
-def output_scale(model: "onnx.ModelProto", index: int = 0) -> float:
+def output_scale(model: onnx.ModelProto, index: int = 0) -> float:
     """The scale of the ``DequantizeLinear`` that produces a graph output.
 
     Parameters
@@ -1102,7 +1103,7 @@ def output_scale(model: "onnx.ModelProto", index: int = 0) -> float:
     return float(scale.reshape(()))
 
 
-def tolerance_steps(model: "onnx.ModelProto") -> int:
+def tolerance_steps(model: onnx.ModelProto) -> int:
     """How many output quantization steps TVM's result of ``model`` may differ from onnxruntime's.
 
     Parameters
@@ -1125,9 +1126,7 @@ def tolerance_steps(model: "onnx.ModelProto") -> int:
     return _MODEL_TOLERANCE_STEPS.get(model.graph.name, TOLERANCE_STEPS)
 
 
-def output_atol(
-    model: "onnx.ModelProto", steps: Optional[int] = None, index: int = 0
-) -> float:
+def output_atol(model: onnx.ModelProto, steps: Optional[int] = None, index: int = 0) -> float:
     """Absolute tolerance between TVM's and onnxruntime's output of a QDQ model.
 
     Parameters

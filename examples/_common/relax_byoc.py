@@ -105,7 +105,9 @@ def _weight_pattern(look_through_barrier: bool) -> Tuple[DFPattern, DFPattern]:
     return is_op(_DEQUANTIZE)(data, is_const(), is_const()), constant
 
 
-def _make_pattern(op_name: str, with_bias: bool, look_through_barrier: bool) -> Tuple[DFPattern, Dict[str, DFPattern]]:
+def _make_pattern(
+    op_name: str, with_bias: bool, look_through_barrier: bool
+) -> Tuple[DFPattern, Dict[str, DFPattern]]:
     activation_int = wildcard()  # the quantized activation; the check wants a quantize behind it
     activation = is_op(_DEQUANTIZE)(activation_int, is_const(), is_const())
     weight, weight_constant = _weight_pattern(look_through_barrier)
@@ -113,7 +115,12 @@ def _make_pattern(op_name: str, with_bias: bool, look_through_barrier: bool) -> 
         # Gemm(transB=1) imports as matmul(x, permute_dims(dequantize(W))).
         weight = weight | is_op("relax.permute_dims")(weight)
     op = is_op(op_name)(activation, weight)
-    annotations = {"activation_int": activation_int, "weight": weight_constant, "op": op, "root": op}
+    annotations = {
+        "activation_int": activation_int,
+        "weight": weight_constant,
+        "op": op,
+        "root": op,
+    }
     if not with_bias:
         return op, annotations
     bias_constant = is_const()
@@ -134,7 +141,9 @@ def _dtype(expr: relax.Expr) -> Optional[str]:
 
 
 def _is_call(expr: Optional[relax.Expr], op_name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == op_name
+    return (
+        isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == op_name
+    )
 
 
 def _check_qdq_match(context: PatternCheckContext) -> bool:
@@ -159,7 +168,7 @@ def _check_qdq_match(context: PatternCheckContext) -> bool:
     return not has_leaking_intermediate_variables(context)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pattern_table(look_through_barrier: bool) -> Tuple[FusionPattern, ...]:
     table = []
     for op_name, short in QUANTIZED_OPS.items():
@@ -250,7 +259,9 @@ class _Dedicate(PyExprMutator):
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = binding.value
-        if isinstance(value, relax.Call) and any(isinstance(a, relax.Var) and a in self.shared for a in value.args):
+        if isinstance(value, relax.Call) and any(
+            isinstance(a, relax.Var) and a in self.shared for a in value.args
+        ):
             args = []
             for arg in value.args:
                 if isinstance(arg, relax.Var) and arg in self.shared:
@@ -259,12 +270,16 @@ class _Dedicate(PyExprMutator):
                         # value back to its variable, and one object bound twice would send both
                         # matches to the same (last) variable.
                         shared = self.visit_expr(self.shared[arg])
-                        copy = relax.Call(shared.op, shared.args, shared.attrs, shared.ty_args, shared.span)
+                        copy = relax.Call(
+                            shared.op, shared.args, shared.attrs, shared.ty_args, shared.span
+                        )
                         arg = self.builder_.emit(copy, name_hint=arg.name)
                     else:
                         self.used.add(arg)
                 args.append(arg)
-            binding = relax.VarBinding(binding.var, relax.Call(value.op, args, value.attrs, value.ty_args, value.span))
+            binding = relax.VarBinding(
+                binding.var, relax.Call(value.op, args, value.attrs, value.ty_args, value.span)
+            )
         super().visit_var_binding_(binding)
 
 
@@ -373,13 +388,17 @@ def _attr(func: relax.Function, name: str) -> Optional[str]:
     return str(attrs[name])
 
 
-def _functions_with_context(mod: tvm.IRModule) -> Iterator[Tuple[relax.Function, bool, Optional[str]]]:
+def _functions_with_context(
+    mod: tvm.IRModule,
+) -> Iterator[Tuple[relax.Function, bool, Optional[str]]]:
     """(function, offloaded?, composite name) for every Relax function, nested ones included.
 
     A function is offloaded when it, or a function around it, has ``Codegen`` or ``Composite``.
     """
 
-    def walk(func: relax.Function, offloaded: bool) -> Iterator[Tuple[relax.Function, bool, Optional[str]]]:
+    def walk(
+        func: relax.Function, offloaded: bool
+    ) -> Iterator[Tuple[relax.Function, bool, Optional[str]]]:
         composite = _attr(func, "Composite")
         offloaded = offloaded or composite is not None or _attr(func, "Codegen") is not None
         yield func, offloaded, composite
@@ -391,10 +410,16 @@ def _functions_with_context(mod: tvm.IRModule) -> Iterator[Tuple[relax.Function,
         yield from walk(func, False)
 
 
-def _quantized_op_calls(func: relax.Function) -> Iterator[Tuple[relax.Call, Dict[relax.Var, relax.Expr]]]:
+def _quantized_op_calls(
+    func: relax.Function,
+) -> Iterator[Tuple[relax.Call, Dict[relax.Var, relax.Expr]]]:
     values = {binding.var: binding.value for binding in _bindings(func.body)}
     for value in values.values():
-        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in QUANTIZED_OPS:
+        if (
+            isinstance(value, relax.Call)
+            and isinstance(value.op, tvm.ir.Op)
+            and value.op.name in QUANTIZED_OPS
+        ):
             yield value, values
 
 
@@ -420,7 +445,11 @@ def _weight_constant(
     data = _resolve(weight.args[0], values)
     if _is_call(data, _BARRIER):
         data = _resolve(data.args[0], values)
-    if through_quantize and _is_call(data, _QUANTIZE) and isinstance(_resolve(data.args[0], values), _Constant):
+    if (
+        through_quantize
+        and _is_call(data, _QUANTIZE)
+        and isinstance(_resolve(data.args[0], values), _Constant)
+    ):
         return data
     if isinstance(data, _Constant) and (_dtype(data) or "").startswith(("int", "uint")):
         return data
@@ -499,7 +528,11 @@ def count_offloaded(mod: tvm.IRModule) -> Dict[str, int]:
     >>> counts["matmul_outside"], counts["offloaded"], counts["outside"]
     (1, 0, 1)
     """
-    counts = {f"{short}_{where}": 0 for short in QUANTIZED_OPS.values() for where in ("offloaded", "outside")}
+    counts = {
+        f"{short}_{where}": 0
+        for short in QUANTIZED_OPS.values()
+        for where in ("offloaded", "outside")
+    }
     for func, offloaded, _ in _functions_with_context(mod):
         for call, _ in _quantized_op_calls(func):
             counts[f"{QUANTIZED_OPS[call.op.name]}_{'offloaded' if offloaded else 'outside'}"] += 1
@@ -552,7 +585,9 @@ class _StripBackendAttrs(PyExprMutator):
             attrs.pop("global_symbol", None)  # the external symbol; the function becomes private
         attrs.pop("Composite", None)
         attrs.pop("Primitive", None)
-        return relax.Function(func.params, func.body, func.ret_ty, func.is_pure, tvm.ir.DictAttrs(attrs), func.span)
+        return relax.Function(
+            func.params, func.body, func.ret_ty, func.is_pure, tvm.ir.DictAttrs(attrs), func.span
+        )
 
 
 def strip_codegen(mod: tvm.IRModule) -> tvm.IRModule:

@@ -94,10 +94,22 @@ def example_module() -> tvm.IRModule:
     """
     x = relay.var("x", shape=(1, 4), dtype="uint8")
     weight = relay.qnn.op.quantize(
-        relay.const(np.arange(-4, 4, dtype="float32").reshape(2, 4)), relay.const(0.5), relay.const(0), out_dtype="int8"
+        relay.const(np.arange(-4, 4, dtype="float32").reshape(2, 4)),
+        relay.const(0.5),
+        relay.const(0),
+        out_dtype="int8",
     )
-    dense = relay.qnn.op.dense(x, weight, relay.const(0), relay.const(0), relay.const(0.1), relay.const(0.5), units=2)
-    out = relay.qnn.op.requantize(dense, relay.const(0.05), relay.const(0), relay.const(0.2), relay.const(0), out_dtype="uint8")
+    dense = relay.qnn.op.dense(
+        x, weight, relay.const(0), relay.const(0), relay.const(0.1), relay.const(0.5), units=2
+    )
+    out = relay.qnn.op.requantize(
+        dense,
+        relay.const(0.05),
+        relay.const(0),
+        relay.const(0.2),
+        relay.const(0),
+        out_dtype="uint8",
+    )
     return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], out)))
 
 
@@ -148,7 +160,9 @@ def _compiler(func: tvm.ir.BaseFunc) -> Optional[str]:
     return str(attrs["Compiler"])
 
 
-def external_functions(mod: tvm.IRModule, target: str = NPU_TARGET) -> List[Tuple[str, relay.Function]]:
+def external_functions(
+    mod: tvm.IRModule, target: str = NPU_TARGET
+) -> List[Tuple[str, relay.Function]]:
     """``(name, function)`` of each external function of ``target``, in the order ``main`` calls them.
 
     The order of calls, not the names PartitionGraph picks, lines up two partitions of one model.
@@ -219,13 +233,19 @@ def _requantized(pattern: DFPattern) -> DFPattern:
 
     FQ2I adds a dense layer's bias with ``add``, the TFLite frontend with ``nn.bias_add``.
     """
-    with_bias = pattern.optional(lambda x: is_op("nn.bias_add")(x, is_constant()) | is_op("add")(x, is_constant()))
-    return is_op("qnn.requantize")(with_bias, is_constant(), is_constant(), is_constant(), is_constant())
+    with_bias = pattern.optional(
+        lambda x: is_op("nn.bias_add")(x, is_constant()) | is_op("add")(x, is_constant())
+    )
+    return is_op("qnn.requantize")(
+        with_bias, is_constant(), is_constant(), is_constant(), is_constant()
+    )
 
 
 def _quantized_op(op_name: str, weight: DFPattern) -> DFPattern:
     """``op_name(<activation>, weight, <zero points and scales as constants>)``."""
-    return is_op(op_name)(wildcard(), weight, is_constant(), is_constant(), is_constant(), is_constant())
+    return is_op(op_name)(
+        wildcard(), weight, is_constant(), is_constant(), is_constant(), is_constant()
+    )
 
 
 def _weights_ready(fold_in_codegen: bool) -> Callable[[relay.Expr], bool]:
@@ -238,14 +258,17 @@ def _weights_ready(fold_in_codegen: bool) -> Callable[[relay.Expr], bool]:
     def check(matched: relay.Expr) -> bool:
         calls = quantized_calls(matched)
         return bool(calls) and all(
-            has_int8_constant_weight(call) or (fold_in_codegen and _is_quantize_of_constants(call.args[1]))
+            has_int8_constant_weight(call)
+            or (fold_in_codegen and _is_quantize_of_constants(call.args[1]))
             for call in calls
         )
 
     return check
 
 
-def qnn_pattern_table(target: str = NPU_TARGET, *, fold_in_codegen: bool = False) -> List[PatternEntry]:
+def qnn_pattern_table(
+    target: str = NPU_TARGET, *, fold_in_codegen: bool = False
+) -> List[PatternEntry]:
     """The backend's composite patterns, for ``relay.transform.MergeComposite``.
 
     ``<target>.qnn_conv2d``: ``qnn.conv2d(x, W) [-> nn.bias_add / add(., b)] -> qnn.requantize``,
@@ -326,7 +349,9 @@ def partition_for_qnn_npu(
     return tvm.transform.Sequential(
         [
             relay.transform.InferType(),
-            relay.transform.MergeComposite(qnn_pattern_table(target, fold_in_codegen=fold_in_codegen)),
+            relay.transform.MergeComposite(
+                qnn_pattern_table(target, fold_in_codegen=fold_in_codegen)
+            ),
             relay.transform.AnnotateTarget(target),
             relay.transform.MergeCompilerRegions(),
             relay.transform.PartitionGraph(bind_constants=bind_constants),
@@ -358,7 +383,9 @@ def inline_composites(func: relay.Function) -> relay.Function:
     >>> print(inline_composites(func).body.op.name)
     qnn.requantize
     """
-    return relay.Function(list(func.params), _InlineLocalFunctions().visit(func.body), func.ret_type, func.type_params)
+    return relay.Function(
+        list(func.params), _InlineLocalFunctions().visit(func.body), func.ret_type, func.type_params
+    )
 
 
 #: Built functions by structural hash: (the plain function built, its graph executor).
@@ -402,7 +429,11 @@ class QnnNpuCodegen:
 
     def __call__(self, func: relay.Function) -> tvm.runtime.Module:
         self.received.append(func)
-        folded = func if self.policy is None else fgr.fold_function(func, policy=self.policy, strict=True)
+        folded = (
+            func
+            if self.policy is None
+            else fgr.fold_function(func, policy=self.policy, strict=True)
+        )
         self.folded.append(folded)
         not_ready = [call for call in quantized_calls(folded) if not has_int8_constant_weight(call)]
         if not_ready:
@@ -422,7 +453,9 @@ class QnnNpuCodegen:
         outputs = list(ret.fields) if isinstance(ret, relay.TupleType) else [ret]
         if not all(isinstance(out, relay.TensorType) for out in outputs):
             raise ValueError(f"{symbol}: the test codegen supports tensor outputs only, got {ret}")
-        executor = self._executor(relay.transform.InferType()(tvm.IRModule.from_expr(inline_composites(func))))
+        executor = self._executor(
+            relay.transform.InferType()(tvm.IRModule.from_expr(inline_composites(func)))
+        )
         n_in = len(func.params)
 
         def run(*arrays: tvm.nd.NDArray) -> None:
@@ -438,7 +471,11 @@ class QnnNpuCodegen:
         tvm.register_func(runner, run, override=True)
         self.runners.append(runner)
         inputs = [
-            te.placeholder([int(d) for d in param.checked_type.shape], str(param.checked_type.dtype), name=f"in{i}")
+            te.placeholder(
+                [int(d) for d in param.checked_type.shape],
+                str(param.checked_type.dtype),
+                name=f"in{i}",
+            )
             for i, param in enumerate(func.params)
         ]
         results = te.extern(

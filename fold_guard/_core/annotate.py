@@ -28,7 +28,7 @@ from .graph import Annotation, InputKind, ModuleT, NodeInput
 from .planner import DEFAULT_RULE, FoldPlan
 from .reasons import Action, Reason
 
-__all__ = ["allow_roots", "Placement", "Annotated", "placements"]
+__all__ = ["Annotated", "Placement", "allow_roots", "placements"]
 
 
 def allow_roots(wide: FoldPlan, narrow: FoldPlan) -> Tuple[int, ...]:
@@ -61,7 +61,9 @@ def allow_roots(wide: FoldPlan, narrow: FoldPlan) -> Tuple[int, ...]:
         if len(graph.nodes[node_id].outputs) == 1:
             return (node_id,)
         inputs = [inp.source for inp in graph.nodes[node_id].inputs if inp.kind is InputKind.NODE]
-        return tuple(root for source in inputs if only_wide(source) for root in tensor_roots(source))
+        return tuple(
+            root for source in inputs if only_wide(source) for root in tensor_roots(source)
+        )
 
     roots = [
         root
@@ -94,7 +96,10 @@ class Placement:
         if self.annotation is Annotation.ALLOW:
             return f"{where}fold_allow around {self.label} = {self.op} [{self.rule}]"
         if self.operand is None:
-            return f"{where}fold_barrier on the fill value of {self.label} = {self.op} (it has no operand) [{self.rule}]"
+            return (
+                f"{where}fold_barrier on the fill value of {self.label} = {self.op} "
+                f"(it has no operand) [{self.rule}]"
+            )
         return (
             f"{where}fold_barrier on {self.operand_label} (input {self.operand} of "
             f"{self.label} = {self.op}) [{self.rule}]"
@@ -126,8 +131,12 @@ class Annotated(Generic[ModuleT]):
             f"annotated for policy {self.policy_name!r}: {len(self.allows)} fold_allow, "
             f"{len(self.barriers)} fold_barrier"
         )
-        lines = [head] + [f"  {placement}" for placement in self.placed if placement not in self.uncarried]
-        lines += [f"  not carried (no operand to guard): {placement}" for placement in self.uncarried]
+        lines = [head] + [
+            f"  {placement}" for placement in self.placed if placement not in self.uncarried
+        ]
+        lines += [
+            f"  not carried (no operand to guard): {placement}" for placement in self.uncarried
+        ]
         return "\n".join(lines)
 
 
@@ -153,7 +162,9 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
     placed: List[Placement] = []
     for node_id in allow_roots(policy_plan, default_plan):
         node, decision = graph.nodes[node_id], policy_plan.decisions[node_id]
-        placed.append(Placement(Annotation.ALLOW, node_id, node.function, node.label, node.op, decision.rule))
+        placed.append(
+            Placement(Annotation.ALLOW, node_id, node.function, node.label, node.op, decision.rule)
+        )
     for node, decision in zip(graph.nodes, policy_plan.decisions):
         kept_by_own_rule = (
             decision.action is Action.KEEP

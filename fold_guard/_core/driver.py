@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable, Container, Dict, Iterator, Mapping, Optional, Tuple
 
-from .graph import FoldGraph, FoldNode, InputKind
+from .graph import FoldNode, InputKind
 from .planner import FoldPlan, plan_folds
 from .policy import FoldPolicy
 

@@ -7,14 +7,14 @@ They are plain Python so the TVM-free core can raise them too.
 from __future__ import annotations
 
 __all__ = [
+    "ConflictingAnnotationsError",
     "FoldGuardError",
-    "UnsupportedIRError",
+    "FoldNotPossibleError",
+    "PlanInvariantError",
+    "PolicyRuleError",
     "PreconditionError",
     "UnknownPolicyError",
-    "ConflictingAnnotationsError",
-    "FoldNotPossibleError",
-    "PolicyRuleError",
-    "PlanInvariantError",
+    "UnsupportedIRError",
 ]
 
 

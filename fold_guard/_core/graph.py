@@ -15,21 +15,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
+from typing import (
+    AbstractSet,
+    Dict,
+    FrozenSet,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+)
 
 from .errors import PlanInvariantError
 from .reasons import Reason
 
 __all__ = [
     "Annotation",
-    "InputKind",
-    "TensorInfo",
-    "NodeInput",
-    "FoldNode",
     "FoldGraph",
+    "FoldNode",
+    "InputKind",
+    "ModuleT",
+    "NodeInput",
+    "TensorInfo",
     "dtype_nbytes",
     "reachable_from_constants",
-    "ModuleT",
 ]
 
 #: The adapter's module type (``tvm.IRModule``) in the results the core defines for adapters.
@@ -98,7 +109,7 @@ class TensorInfo:
     nbytes: Optional[int] = None
 
     @staticmethod
-    def of(dtype: str, shape: Optional[Sequence[Optional[int]]]) -> "TensorInfo":
+    def of(dtype: str, shape: Optional[Sequence[Optional[int]]]) -> TensorInfo:
         """Build a TensorInfo, computing ``nbytes`` from dtype and shape."""
         shape_t = None if shape is None else tuple(shape)
         return TensorInfo(dtype, shape_t, dtype_nbytes(dtype, shape_t))
@@ -121,7 +132,9 @@ class NodeInput:
     def source(self) -> int:
         """The id of the node this input reads (inputs of kind ``NODE`` only)."""
         if self.node is None:
-            raise PlanInvariantError(f"input {self.label} of kind {self.kind.value} has no source node")
+            raise PlanInvariantError(
+                f"input {self.label} of kind {self.kind.value} has no source node"
+            )
         return self.node
 
 
@@ -226,14 +239,19 @@ def reachable_from_constants(
     >>> t = TensorInfo.of("float32", (2,))
     >>> c, x = NodeInput(InputKind.CONSTANT, "c", t), NodeInput(InputKind.RUNTIME, "x", t)
     >>> a = NodeInput(InputKind.NODE, "a", t, 0)
-    >>> sorted(reachable_from_constants([((c,), Annotation.NONE), ((a,), Annotation.NONE), ((x,), Annotation.NONE)], through_barriers=False))
+    >>> chain = [((c,), Annotation.NONE), ((a,), Annotation.NONE), ((x,), Annotation.NONE)]
+    >>> sorted(reachable_from_constants(chain, through_barriers=False))
     [0, 1]
     >>> sorted(reachable_from_constants([((c,), Annotation.BARRIER), ((a,), Annotation.NONE)], through_barriers=False))
     [0]
     """
     blocked = set(opaque)
     if not through_barriers:
-        blocked |= {node_id for node_id, (_, annotation) in enumerate(nodes) if annotation is Annotation.BARRIER}
+        blocked |= {
+            node_id
+            for node_id, (_, annotation) in enumerate(nodes)
+            if annotation is Annotation.BARRIER
+        }
     found: Set[int] = set()
     for node_id, (node_inputs, _) in enumerate(nodes):
         if all(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import FrozenSet, Tuple
 
-__all__ = ["IROpNames", "OP_TABLES", "RELAX_OP_NAMES", "RELAY_OP_NAMES"]
+__all__ = ["OP_TABLES", "RELAX_OP_NAMES", "RELAY_OP_NAMES", "IROpNames"]
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,17 @@ RELAX_OP_NAMES = IROpNames(
     ir="relax",
     quantize=frozenset({"relax.quantize"}),
     dequantize=frozenset({"relax.dequantize"}),
-    weight=frozenset({
-        "relax.matmul",
-        "relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d",
-        "relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose",
-    }),  # fmt: skip
+    weight=frozenset(
+        {
+            "relax.matmul",
+            "relax.nn.conv1d",
+            "relax.nn.conv2d",
+            "relax.nn.conv3d",
+            "relax.nn.conv1d_transpose",
+            "relax.nn.conv2d_transpose",
+            "relax.nn.conv3d_transpose",
+        }
+    ),
     bias_add=frozenset(),
     add=frozenset({"relax.add"}),
 )
@@ -58,13 +64,27 @@ RELAY_OP_NAMES = IROpNames(
     ir="relay",
     quantize=frozenset({"qnn.quantize"}),
     dequantize=frozenset({"qnn.dequantize"}),
-    weight=frozenset({
-        "nn.conv1d", "nn.conv2d", "nn.conv3d",
-        "nn.conv1d_transpose", "nn.conv2d_transpose", "nn.conv3d_transpose",
-        "nn.contrib_conv2d_NCHWc", "nn.contrib_depthwise_conv2d_NCHWc",
-        "nn.dense", "nn.contrib_dense_pack", "nn.matmul", "nn.batch_matmul",
-        "qnn.conv2d", "qnn.conv2d_transpose", "qnn.dense", "qnn.contrib_dense_pack", "qnn.batch_matmul",
-    }),  # fmt: skip
+    weight=frozenset(
+        {
+            "nn.conv1d",
+            "nn.conv2d",
+            "nn.conv3d",
+            "nn.conv1d_transpose",
+            "nn.conv2d_transpose",
+            "nn.conv3d_transpose",
+            "nn.contrib_conv2d_NCHWc",
+            "nn.contrib_depthwise_conv2d_NCHWc",
+            "nn.dense",
+            "nn.contrib_dense_pack",
+            "nn.matmul",
+            "nn.batch_matmul",
+            "qnn.conv2d",
+            "qnn.conv2d_transpose",
+            "qnn.dense",
+            "qnn.contrib_dense_pack",
+            "qnn.batch_matmul",
+        }
+    ),
     bias_add=frozenset({"nn.bias_add"}),
     add=frozenset({"add", "qnn.add"}),
     quantized_prefix="qnn.",
@@ -72,4 +92,3 @@ RELAY_OP_NAMES = IROpNames(
 
 #: Every adapter's table; the built-in policies read their union.
 OP_TABLES: Tuple[IROpNames, ...] = (RELAX_OP_NAMES, RELAY_OP_NAMES)
-

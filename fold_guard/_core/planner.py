@@ -33,14 +33,14 @@ from .reasons import Action, Reason
 from .uses import GraphUses
 
 __all__ = [
+    "ALLOW_RULE",
+    "BARRIER_RULE",
+    "DEFAULT_RULE",
     "FoldDecision",
     "FoldPlan",
-    "plan_folds",
     "evaluation_error",
+    "plan_folds",
     "raise_if_not_possible",
-    "ALLOW_RULE",
-    "DEFAULT_RULE",
-    "BARRIER_RULE",
 ]
 
 logger = logging.getLogger("fold_guard")
@@ -101,7 +101,8 @@ class FoldPlan:
         this false.
         """
         return all(
-            inp.kind is InputKind.CONSTANT or (inp.kind is InputKind.NODE and self.folds(inp.source))
+            inp.kind is InputKind.CONSTANT
+            or (inp.kind is InputKind.NODE and self.folds(inp.source))
             for inp in self.graph.nodes[node_id].inputs
         )
 
@@ -109,7 +110,9 @@ class FoldPlan:
         counts = Counter(d.reason for d in self.decisions)
         return {reason: counts[reason] for reason in Reason if counts[reason]}
 
-    def summary(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None, verbose: bool = False) -> str:
+    def summary(
+        self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None, verbose: bool = False
+    ) -> str:
         """Grouped text: counts by reason and op, what each rule decided; ``verbose`` adds every call.
 
         ``layers`` maps ``(function, label)`` to a layer name (an ONNX node name, say) to print
@@ -189,7 +192,10 @@ def _check_annotations(graph: FoldGraph) -> None:
         if node.annotation is not Annotation.ALLOW:
             continue
         for inp in node.inputs:
-            if inp.kind is InputKind.NODE and graph.nodes[inp.source].annotation is Annotation.BARRIER:
+            if (
+                inp.kind is InputKind.NODE
+                and graph.nodes[inp.source].annotation is Annotation.BARRIER
+            ):
                 barrier = graph.nodes[inp.source]
                 raise ConflictingAnnotationsError(
                     f"conflicting annotations in {node.function}: {node.label} = fold_allow"
@@ -206,7 +212,10 @@ def _allowed_cone(graph: FoldGraph) -> Set[int]:
         if node.annotation is not Annotation.ALLOW and node.id not in allowed:
             continue
         for inp in node.inputs:
-            if inp.kind is InputKind.NODE and graph.nodes[inp.source].annotation is not Annotation.BARRIER:
+            if (
+                inp.kind is InputKind.NODE
+                and graph.nodes[inp.source].annotation is not Annotation.BARRIER
+            ):
                 allowed.add(inp.source)
     return allowed
 
@@ -220,13 +229,19 @@ def _decide(
     failures: Mapping[int, str],
     uses: GraphUses,
 ) -> Tuple[FoldDecision, _Value]:
-    def keep(reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None) -> Tuple[FoldDecision, _Value]:
+    def keep(
+        reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None
+    ) -> Tuple[FoldDecision, _Value]:
         root = None if cause is None else cause.root
-        decision = FoldDecision(node.id, node.label, node.op, Action.KEEP, reason, rule, detail, root)
+        decision = FoldDecision(
+            node.id, node.label, node.op, Action.KEEP, reason, rule, detail, root
+        )
         return decision, cause or _Value(False, reason, rule, node.label, detail, node.id)
 
     def fold(rule: str, detail: str = "") -> Tuple[FoldDecision, _Value]:
-        decision = FoldDecision(node.id, node.label, node.op, Action.FOLD, Reason.FOLDED, rule, detail)
+        decision = FoldDecision(
+            node.id, node.label, node.op, Action.FOLD, Reason.FOLDED, rule, detail
+        )
         return decision, _Value(True)
 
     if node.annotation is Annotation.BARRIER:
@@ -237,25 +252,45 @@ def _decide(
         return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, detail)
 
     blocker = _first_non_constant(node, values)
-    if blocker is None and node.type_source is not None and graph.nodes[node.type_source].annotation is Annotation.BARRIER:
+    if (
+        blocker is None
+        and node.type_source is not None
+        and graph.nodes[node.type_source].annotation is Annotation.BARRIER
+    ):
         barrier = graph.nodes[node.type_source]
         blocker = barrier.label, values[barrier.id]
     if blocker is not None:
         label, cause = blocker
         if cause.reason is Reason.KEPT_BY_BARRIER:
-            return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, f"input {label} is downstream of barrier {cause.origin}", cause)
+            return keep(
+                Reason.KEPT_BY_BARRIER,
+                BARRIER_RULE,
+                f"input {label} is downstream of barrier {cause.origin}",
+                cause,
+            )
         if cause.reason is Reason.OVER_BUDGET and node.annotation is Annotation.ALLOW:
             # The budget outranks fold_allow: the allow reports the refusal as its own.
-            return keep(Reason.OVER_BUDGET, cause.rule, f"operand {label} cannot fold: {cause.detail}", cause)
+            return keep(
+                Reason.OVER_BUDGET,
+                cause.rule,
+                f"operand {label} cannot fold: {cause.detail}",
+                cause,
+            )
         if cause.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET):
-            root = f"{cause.origin} = {graph.nodes[cause.root].op}" if cause.root is not None else cause.origin
+            root = (
+                f"{cause.origin} = {graph.nodes[cause.root].op}"
+                if cause.root is not None
+                else cause.origin
+            )
             # The rule is the decision's own ``rule``; the detail names the call it kept.
             detail = f"input {label} was kept ({root})"
             return keep(Reason.KEPT_WITH_INPUT, cause.rule, detail, cause)
         if node.annotation is Annotation.ALLOW and cause.reason is not Reason.NOT_CONSTANT:
             # the allow asked for this subgraph to be evaluated: report the root cause
             where = "" if cause.origin == label else f"{cause.origin}: "
-            return keep(cause.reason, "", f"operand {label} cannot fold: {where}{cause.detail}", cause)
+            return keep(
+                cause.reason, "", f"operand {label} cannot fold: {where}{cause.detail}", cause
+            )
         if cause is _RUNTIME:
             # Quoted, because a parameter named "input" read "input input is not constant".
             runtime = _Value(False, Reason.NOT_CONSTANT, "", label, cause.detail)
@@ -306,7 +341,9 @@ _RUNTIME = _Value(False, Reason.NOT_CONSTANT, "", "", "a run-time input")
 _CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2, Reason.OVER_BUDGET: 2}
 
 
-def _first_non_constant(node: FoldNode, values: Mapping[int, _Value]) -> Optional[Tuple[str, _Value]]:
+def _first_non_constant(
+    node: FoldNode, values: Mapping[int, _Value]
+) -> Optional[Tuple[str, _Value]]:
     """The strongest non-constant input, independent of argument order.
 
     A run-time input (or one that could not fold for any reason other than a keep) ranks first,

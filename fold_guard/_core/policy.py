@@ -24,31 +24,31 @@ from .reasons import Action
 from .uses import GraphUses
 
 __all__ = [
-    "CallView",
-    "Rule",
-    "FoldPolicy",
-    "PolicySpec",
-    "QUANTIZE_OPS",
-    "DEQUANTIZE_OPS",
+    "BUDGET_RULE",
     "DEFAULT_GROWTH_FACTOR",
     "DEFAULT_MIN_RESULT_BYTES",
     "DEFAULT_POLICY",
+    "DEQUANTIZE_OPS",
+    "FOLD_QNN_POLICY",
     "KEEP_QDQ_WEIGHTS_POLICY",
     "QDQ_ACCELERATOR_POLICY",
+    "QUANTIZE_OPS",
     "SIZE_GUARD_POLICY",
     "WEIGHTS_ONLY_POLICY",
-    "FOLD_QNN_POLICY",
+    "CallView",
+    "FoldPolicy",
+    "PolicySpec",
+    "Rule",
     "compose",
-    "size_guard",
-    "memory_budget",
-    "with_budget",
-    "BUDGET_RULE",
-    "register_policy",
-    "unregister_policy",
     "get_policy",
     "list_policies",
-    "resolve_policy",
+    "memory_budget",
     "policy_registry_scope",
+    "register_policy",
+    "resolve_policy",
+    "size_guard",
+    "unregister_policy",
+    "with_budget",
 ]
 
 #: The quantize and dequantize ops of every IR (from :mod:`fold_guard._core.op_names`).
@@ -58,6 +58,7 @@ DEQUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.dequant
 
 def _is_quantized_op(op: str) -> bool:
     return any(table.is_quantized_op(op) for table in OP_TABLES)
+
 
 #: A fold whose result is more than this many times the bytes of its constant inputs is a
 #: broadcast, tile or creation op in disguise: it trades a cheap run-time op for a big constant.
@@ -79,7 +80,7 @@ class CallView:
     (16384, 0)
     """
 
-    __slots__ = ("node", "graph", "uses")
+    __slots__ = ("graph", "node", "uses")
 
     def __init__(self, node: FoldNode, graph: FoldGraph, uses: Optional[GraphUses] = None):
         self.node = node
@@ -181,8 +182,10 @@ class Rule:
         where = f"policy {policy_name!r}, rule {self.name!r}, on {call.node.function}: {call.node.label} = {call.op}"
         try:
             answer = self.matches(call)
-        except Exception as err:  # noqa: BLE001 - re-raised as PolicyRuleError, chained
-            raise PolicyRuleError(f"{where}: the predicate raised {type(err).__name__}: {err}") from err
+        except Exception as err:
+            raise PolicyRuleError(
+                f"{where}: the predicate raised {type(err).__name__}: {err}"
+            ) from err
         if isinstance(answer, bool):
             return answer
         if getattr(answer, "shape", None) == () and str(getattr(answer, "dtype", "")) == "bool":
@@ -218,8 +221,14 @@ class FoldPolicy:
 
     def __post_init__(self) -> None:
         _check_budget(self.max_fold_bytes)
-        if not isinstance(self.rules, tuple) or not all(isinstance(rule, Rule) for rule in self.rules):
-            bad = self.rules if not isinstance(self.rules, tuple) else next(r for r in self.rules if not isinstance(r, Rule))
+        if not isinstance(self.rules, tuple) or not all(
+            isinstance(rule, Rule) for rule in self.rules
+        ):
+            bad = (
+                self.rules
+                if not isinstance(self.rules, tuple)
+                else next(r for r in self.rules if not isinstance(r, Rule))
+            )
             raise PreconditionError(
                 f"policy {self.name!r}: rules must be a tuple of Rule objects, got "
                 f"{type(bad).__name__} {bad!r:.60}; hint: rules=(Rule(name, Action.KEEP, description, predicate),)"
@@ -242,7 +251,9 @@ class FoldPolicy:
 
     def describe(self) -> str:
         lines = [f"{self.name}: {self.description}"]
-        lines += [f"  - {rule}" for rule in self.rules] or ["  (no rules: the IR's default decides)"]
+        lines += [f"  - {rule}" for rule in self.rules] or [
+            "  (no rules: the IR's default decides)"
+        ]
         return "\n".join(lines)
 
 
@@ -265,7 +276,11 @@ def compose(*policies: FoldPolicy, name: Optional[str] = None) -> FoldPolicy:
 def _check_budget(max_fold_bytes: object) -> None:
     if max_fold_bytes is None:
         return
-    if not isinstance(max_fold_bytes, numbers.Integral) or isinstance(max_fold_bytes, bool) or max_fold_bytes < 0:
+    if (
+        not isinstance(max_fold_bytes, numbers.Integral)
+        or isinstance(max_fold_bytes, bool)
+        or max_fold_bytes < 0
+    ):
         raise PreconditionError(
             f"max_fold_bytes must be a byte count (an int >= 0) or None, got {type(max_fold_bytes).__name__} "
             f"{max_fold_bytes!r}; hint: max_fold_bytes=256 * 2**20 for 256 MiB"
@@ -287,7 +302,7 @@ def memory_budget(max_fold_bytes: int, *, name: Optional[str] = None) -> FoldPol
     )
 
 
-def with_budget(spec: "PolicySpec", max_fold_bytes: Optional[int]) -> FoldPolicy:
+def with_budget(spec: PolicySpec, max_fold_bytes: Optional[int]) -> FoldPolicy:
     """``spec`` resolved, with ``max_fold_bytes`` as its budget (the tighter one if it has one).
 
     The policy keeps its name, so reports still say which policy decided.
@@ -296,7 +311,9 @@ def with_budget(spec: "PolicySpec", max_fold_bytes: Optional[int]) -> FoldPolicy
     _check_budget(max_fold_bytes)
     if max_fold_bytes is None:
         return policy
-    budgets = [int(max_fold_bytes)] + ([policy.max_fold_bytes] if policy.max_fold_bytes is not None else [])
+    budgets = [int(max_fold_bytes)] + (
+        [policy.max_fold_bytes] if policy.max_fold_bytes is not None else []
+    )
     return FoldPolicy(policy.name, policy.description, policy.rules, min(budgets))
 
 
@@ -329,9 +346,13 @@ def size_guard(
     'size-guard'
     """
     if not _is_real(growth_factor) or not growth_factor > 0:
-        raise PreconditionError(f"size_guard growth_factor must be a number > 0, got {growth_factor!r}")
+        raise PreconditionError(
+            f"size_guard growth_factor must be a number > 0, got {growth_factor!r}"
+        )
     if not _is_real(min_result_bytes) or min_result_bytes < 0:
-        raise PreconditionError(f"size_guard min_result_bytes must be a number >= 0, got {min_result_bytes!r}")
+        raise PreconditionError(
+            f"size_guard min_result_bytes must be a number >= 0, got {min_result_bytes!r}"
+        )
 
     def grows_too_much(call: CallView) -> bool:
         result = call.result_nbytes
@@ -439,7 +460,9 @@ _BUILTINS = (
 _REGISTRY: Dict[str, FoldPolicy] = {policy.name: policy for policy in _BUILTINS}
 
 
-def register_policy(policy: FoldPolicy, *, name: Optional[str] = None, replace: bool = False) -> FoldPolicy:
+def register_policy(
+    policy: FoldPolicy, *, name: Optional[str] = None, replace: bool = False
+) -> FoldPolicy:
     """Register ``policy`` under ``name`` (default ``policy.name``); return it.
 
     A name that is already registered is an error unless ``replace=True``.

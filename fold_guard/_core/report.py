@@ -55,16 +55,22 @@ class FoldReport:
     def to_dict(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None) -> Summary:
         """The report as the versioned dictionary of :func:`fold_guard._core.summary.summarize`."""
         before_after = (self.constant_bytes_before, self.constant_bytes_after)
-        return summarize(self.plan, layers=layers, constant_bytes=before_after, seconds=self.seconds)
+        return summarize(
+            self.plan, layers=layers, constant_bytes=before_after, seconds=self.seconds
+        )
 
-    def summary(self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None, verbose: bool = False) -> str:
+    def summary(
+        self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None, verbose: bool = False
+    ) -> str:
         """Grouped text with bytes and times (:meth:`FoldPlan.summary` plus measurements)."""
         return format_summary(self.plan, self.to_dict(layers=layers), verbose=verbose)
 
     def _work(self) -> str:
         if self.evaluation_runs and not self.kernels_compiled:
             return f"evaluation runs: {self.evaluation_runs}"
-        cached = f", {self.kernels_cached} loaded from the kernel cache" if self.kernels_cached else ""
+        cached = (
+            f", {self.kernels_cached} loaded from the kernel cache" if self.kernels_cached else ""
+        )
         return f"kernels compiled: {self.kernels_compiled}{cached}"
 
 
@@ -87,7 +93,7 @@ def fold_result(
     *,
     modified: bool,
     implementation: str,
-    timer: "StepTimer",
+    timer: StepTimer,
     constant_bytes: Tuple[int, int],
     kernels_compiled: int = 0,
     kernels_cached: int = 0,

@@ -18,10 +18,9 @@ Invariant: everything here is derived from the plan; nothing decides anything.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, cast
 
-from .graph import FoldNode, InputKind, TensorInfo
+from .graph import FoldNode, TensorInfo
 from .planner import FoldDecision, FoldPlan
 from .reasons import Action, Reason
 
@@ -164,7 +163,12 @@ def decision_record(node: FoldNode, decision: FoldDecision, layer: Optional[str]
         "root": decision.root,
         "annotation": node.annotation.value if node.annotation.value != "none" else None,
         "inputs": [
-            {"kind": inp.kind.value, "label": inp.label, "node": inp.node, "tensor": _tensor_record(inp.tensor)}
+            {
+                "kind": inp.kind.value,
+                "label": inp.label,
+                "node": inp.node,
+                "tensor": _tensor_record(inp.tensor),
+            }
             for inp in node.inputs
         ],
         "outputs": [_tensor_record(out) for out in node.outputs],
@@ -230,7 +234,9 @@ def summarize(
         "policy": plan.policy_name,
         "calls": len(plan.decisions),
         "counts": {
-            "by_action": {action.value: sum(d.action is action for d in plan.decisions) for action in Action},
+            "by_action": {
+                action.value: sum(d.action is action for d in plan.decisions) for action in Action
+            },
             "by_reason": {reason.name.lower(): n for reason, n in plan.count_by_reason().items()},
             "by_op": dict(sorted(by_op.items(), key=by_count)),
         },
@@ -261,7 +267,8 @@ def _rules(plan: FoldPlan, layer_of: Sequence[Optional[str]]) -> List[RuleRecord
         if not decision.rule:
             continue
         entry = rules.setdefault(
-            decision.rule, {"rule": decision.rule, "folded": 0, "kept": 0, "kept_with_input": 0, "calls": []}
+            decision.rule,
+            {"rule": decision.rule, "folded": 0, "kept": 0, "kept_with_input": 0, "calls": []},
         )
         if decision.reason is Reason.KEPT_WITH_INPUT or (
             decision.reason is Reason.KEPT_BY_BARRIER and decision.root is not None
@@ -318,27 +325,46 @@ def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: boo
         f"{counts['by_action']['fold']} folded, {counts['by_action']['keep']} kept"
     ]
     texts = {reason.name.lower(): reason.text for reason in Reason}
-    lines.append("  by reason: " + ", ".join(f"{n} {texts[key]}" for key, n in counts["by_reason"].items()))
+    lines.append(
+        "  by reason: " + ", ".join(f"{n} {texts[key]}" for key, n in counts["by_reason"].items())
+    )
     for index, (op, reasons) in enumerate(counts["by_op"].items()):
         parts = ", ".join(f"{n} {texts[key]}" for key, n in reasons.items())
-        lines.append(f"  {'by op:' if index == 0 else '':10} {op} {sum(reasons.values())} ({parts})")
+        lines.append(
+            f"  {'by op:' if index == 0 else '':10} {op} {sum(reasons.values())} ({parts})"
+        )
     if summary["constant_bytes"] is not None:
         before, after = summary["constant_bytes"]["before"], summary["constant_bytes"]["after"]
         lines.append(f"constants: {before} bytes before, {after} bytes after")
     if summary["rules"]:
         lines.append("rules:")
         for rule in summary["rules"]:
-            own = ", ".join(f"{verb} {n}" for verb, n in (("folded", rule["folded"]), ("kept", rule["kept"])) if n) or "none itself"
-            follow = f" (+{rule['kept_with_input']} kept because an input was)" if rule["kept_with_input"] else ""
+            own = (
+                ", ".join(
+                    f"{verb} {n}"
+                    for verb, n in (("folded", rule["folded"]), ("kept", rule["kept"]))
+                    if n
+                )
+                or "none itself"
+            )
+            follow = (
+                f" (+{rule['kept_with_input']} kept because an input was)"
+                if rule["kept_with_input"]
+                else ""
+            )
             names = f": {_names(rule['calls'])}" if rule["calls"] else ""
             lines.append(f"  {rule['rule']}: {own}{follow}{names}")
     if summary["largest_folds"]:
         lines.append("largest folds:")
         for fold in summary["largest_folds"]:
             name = fold["layer"] or fold["label"]
-            lines.append(f"  {name} = {fold['op']} -> {', '.join(fold['outputs'])} ({fold['nbytes']} bytes)")
+            lines.append(
+                f"  {name} = {fold['op']} -> {', '.join(fold['outputs'])} ({fold['nbytes']} bytes)"
+            )
     if summary["seconds"]:
-        steps = ", ".join(f"{step} {secs * 1000:.0f} ms" for step, secs in summary["seconds"].items())
+        steps = ", ".join(
+            f"{step} {secs * 1000:.0f} ms" for step, secs in summary["seconds"].items()
+        )
         lines.append(f"time: {sum(summary['seconds'].values()) * 1000:.0f} ms ({steps})")
     if verbose:
         lines.append("decisions:")

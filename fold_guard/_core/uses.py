@@ -26,7 +26,7 @@ from typing import Dict, FrozenSet, Mapping, Tuple
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
 from .op_names import OP_TABLES
 
-__all__ = ["WEIGHT_OPS", "BIAS_OPS", "GraphUses", "is_weight_op"]
+__all__ = ["BIAS_OPS", "WEIGHT_OPS", "GraphUses", "is_weight_op"]
 
 #: Weight ops of every IR, by full op name (Relax ``relax.nn.conv2d``, ``relax.matmul``; Relay
 #: ``nn.conv2d``, ``nn.dense``; quantized ``qnn.conv2d``, ``qnn.dense``, ...; see
@@ -36,7 +36,9 @@ WEIGHT_OPS: FrozenSet[str] = frozenset(name for table in OP_TABLES for name in t
 _BIAS_ADD_OPS: FrozenSet[str] = frozenset(name for table in OP_TABLES for name in table.bias_add)
 #: Ops whose non-activation operand is a bias: the bias-add ops, and the adds whose other operand
 #: is the output of a weight op.
-BIAS_OPS: FrozenSet[str] = _BIAS_ADD_OPS | frozenset(name for table in OP_TABLES for name in table.add)
+BIAS_OPS: FrozenSet[str] = _BIAS_ADD_OPS | frozenset(
+    name for table in OP_TABLES for name in table.add
+)
 
 
 def is_weight_op(op: str) -> bool:
@@ -87,7 +89,9 @@ class GraphUses:
                 continue
             users = self.consumers[node.id]
             feeds[node.id] = bool(users) and all(
-                feeds[user] if user in constant else self._is_weight_edge(self.graph.nodes[user], node.id)
+                feeds[user]
+                if user in constant
+                else self._is_weight_edge(self.graph.nodes[user], node.id)
                 for user in users
             )
         return frozenset(node_id for node_id, ok in feeds.items() if ok)
@@ -104,12 +108,18 @@ class GraphUses:
         if user.op in _BIAS_ADD_OPS:
             return any(inp.kind is InputKind.NODE and inp.node == source for inp in user.inputs[1:])
         return any(
-            inp.kind is InputKind.NODE and inp.node != source and self._produced_by_weight_op(inp.source)
+            inp.kind is InputKind.NODE
+            and inp.node != source
+            and self._produced_by_weight_op(inp.source)
             for inp in user.inputs
         )
 
     def _produced_by_weight_op(self, node_id: int) -> bool:
         node = self.graph.nodes[node_id]
-        while node.annotation is not Annotation.NONE and node.inputs and node.inputs[0].kind is InputKind.NODE:
+        while (
+            node.annotation is not Annotation.NONE
+            and node.inputs
+            and node.inputs[0].kind is InputKind.NODE
+        ):
             node = self.graph.nodes[node.inputs[0].source]
         return is_weight_op(node.op)

@@ -45,11 +45,13 @@ def main(argv: Optional[Sequence[str]] = None, *, out: Optional[TextIO] = None) 
     except KeyboardInterrupt:
         print("fold-guard: interrupted; nothing was written", file=sys.stderr)
         return 130
-    except Exception as err:  # noqa: BLE001 - the last resort: one line, not a traceback
+    except Exception as err:
         if args.debug:
             raise
-        print(f"fold-guard: internal error: {type(err).__name__}: {_one_line(err)} (rerun with --debug)",
-              file=sys.stderr)
+        print(
+            f"fold-guard: internal error: {type(err).__name__}: {_one_line(err)} (rerun with --debug)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

@@ -31,10 +31,15 @@ class CheckResult:
 
     def __str__(self) -> str:
         verdict = "same outputs" if self.ok else "OUTPUTS DIFFER"
-        return f"check: {verdict} ({self.outputs} outputs, max |before - after| = {self.max_abs_diff:g}, atol {self.atol:g})"
+        return (
+            f"check: {verdict} ({self.outputs} outputs, "
+            f"max |before - after| = {self.max_abs_diff:g}, atol {self.atol:g})"
+        )
 
 
-def random_inputs(signature: Sequence[Tuple[str, Tuple[int, ...], str]], seed: int) -> List[np.ndarray]:
+def random_inputs(
+    signature: Sequence[Tuple[str, Tuple[int, ...], str]], seed: int
+) -> List[np.ndarray]:
     """One array per ``(name, shape, dtype)``: normal floats, integers in the dtype's small range."""
     rng = np.random.default_rng(seed)
     arrays = []
@@ -45,11 +50,15 @@ def random_inputs(signature: Sequence[Tuple[str, Tuple[int, ...], str]], seed: i
             arrays.append(rng.integers(0, 2, shape).astype(bool))
         else:
             info = np.iinfo(np.dtype(dtype))
-            arrays.append(rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype))
+            arrays.append(
+                rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype)
+            )
     return arrays
 
 
-def compare_outputs(before: Sequence[np.ndarray], after: Sequence[np.ndarray], atol: float) -> CheckResult:
+def compare_outputs(
+    before: Sequence[np.ndarray], after: Sequence[np.ndarray], atol: float
+) -> CheckResult:
     if len(before) != len(after):
         return CheckResult(float("inf"), atol, len(before))
     worst = 0.0
@@ -72,9 +81,17 @@ def relax_signature(mod: Any) -> List[Tuple[str, Tuple[int, ...], str]]:
         ty = _compat.type_of(param)
         shape = getattr(ty, "shape", None)
         values = getattr(shape, "values", None)
-        if not isinstance(ty, _compat.TensorType) or values is None or not all(hasattr(v, "value") for v in values):
-            raise CliError(f"--check: main's parameter {_compat.var_name(param)} is not a tensor of static shape")
-        signature.append((_compat.var_name(param), tuple(int(v.value) for v in values), str(ty.dtype)))
+        if (
+            not isinstance(ty, _compat.TensorType)
+            or values is None
+            or not all(hasattr(v, "value") for v in values)
+        ):
+            raise CliError(
+                f"--check: main's parameter {_compat.var_name(param)} is not a tensor of static shape"
+            )
+        signature.append(
+            (_compat.var_name(param), tuple(int(v.value) for v in values), str(ty.dtype))
+        )
     return signature
 
 
@@ -84,7 +101,9 @@ def run_relax(mod: Any, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
 
     exe = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(exe, tvm.cpu())
-    return _flatten(vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in inputs]))
+    return _flatten(
+        vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x), tvm.cpu()) for x in inputs])
+    )
 
 
 def relay_signature(mod: Any) -> List[Tuple[str, Tuple[int, ...], str]]:
@@ -94,7 +113,9 @@ def relay_signature(mod: Any) -> List[Tuple[str, Tuple[int, ...], str]]:
         try:
             shape = tuple(int(dim) for dim in ty.shape)
         except (TypeError, AttributeError) as err:
-            raise CliError(f"--check: main's parameter {param.name_hint} is not a tensor of static shape") from err
+            raise CliError(
+                f"--check: main's parameter {param.name_hint} is not a tensor of static shape"
+            ) from err
         signature.append((param.name_hint, shape, str(ty.dtype)))
     return signature
 

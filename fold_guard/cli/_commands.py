@@ -86,7 +86,9 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
         result = _fold(model, spec, progress)
     report = _report(model, result)
     if args.json:
-        _emit(out, json.dumps(report))  # one line: indent switches json to its slow pure-Python encoder
+        _emit(
+            out, json.dumps(report)
+        )  # one line: indent switches json to its slow pure-Python encoder
     else:
         _emit(out, f"{model.path} ({model.format}, {model.ir})")
         _emit(out, format_summary(result.plan, report, verbose=args.verbose))
@@ -98,10 +100,16 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
     # Refuse a bad OUT before the (slow) work, and write nothing until everything succeeded.
     check_writable(args.output, "-o")
     if os.path.splitext(args.output)[1].lower() not in MODULE_SUFFIXES:
-        raise CliError(f"-o {args.output}: unknown output format; use .json (tvm.ir.save_json) or .py (TVMScript)")
+        raise CliError(
+            f"-o {args.output}: unknown output format; use .json (tvm.ir.save_json) or .py (TVMScript)"
+        )
     if args.report:
         check_writable(args.report, "--report")
-    steps = ["import", "fold"] + (["annotate"] if args.annotate else []) + (["check"] if args.check else [])
+    steps = (
+        ["import", "fold"]
+        + (["annotate"] if args.annotate else [])
+        + (["check"] if args.check else [])
+    )
     with Progress(steps, quiet=args.quiet) as progress:
         model = _load(args, progress)
         result = _fold(model, spec, progress)
@@ -117,11 +125,21 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
             check = _run_check(model, written, args.seed, args.atol)
     report = _report(model, result)
     if args.annotate:
-        report["annotations"] = {"fold_allow": len(annotated.allows), "fold_barrier": len(annotated.barriers)}
+        report["annotations"] = {
+            "fold_allow": len(annotated.allows),
+            "fold_barrier": len(annotated.barriers),
+        }
     if check is not None:
-        report["check"] = {"ok": check.ok, "max_abs_diff": check.max_abs_diff, "atol": check.atol, "seed": args.seed}
+        report["check"] = {
+            "ok": check.ok,
+            "max_abs_diff": check.max_abs_diff,
+            "atol": check.atol,
+            "seed": args.seed,
+        }
     if check is not None and not check.ok:
-        print(f"fold-guard: {args.model}: {check}; nothing written to {args.output}", file=sys.stderr)
+        print(
+            f"fold-guard: {args.model}: {check}; nothing written to {args.output}", file=sys.stderr
+        )
         return EXIT_CHECK_FAILED
     write_atomically(args.output, text, "-o")
     if args.report:
@@ -184,7 +202,11 @@ def cmd_policies(args: argparse.Namespace, out: TextIO) -> int:
                     "name": policy.name,
                     "description": policy.description,
                     "rules": [
-                        {"name": rule.name, "action": rule.action.value, "description": rule.description}
+                        {
+                            "name": rule.name,
+                            "action": rule.action.value,
+                            "description": rule.description,
+                        }
                         for rule in policy.rules
                     ],
                 }
@@ -215,8 +237,11 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             _emit(out, f"$ fold-guard inspect qdq_cnn.onnx --policy {policy}")
             result = _adapter(model.ir).fold(model.mod, policy=policy)
             _emit(out, format_summary(result.plan, _report(model, result)) + "\n")
-    _emit(out, "Stock folding (default) turns every weight dequantize into an fp32 constant; "
-               "keep-qdq-weights keeps them for a QDQ backend to match.")
+    _emit(
+        out,
+        "Stock folding (default) turns every weight dequantize into an fp32 constant; "
+        "keep-qdq-weights keeps them for a QDQ backend to match.",
+    )
     return EXIT_OK
 
 

@@ -33,7 +33,7 @@ _INPUT_QUANT = (4.0 / 255.0, 128)
 _ACTIVATION_QUANT = (0.02, 0)
 
 
-def qdq_cnn(seed: int = 0) -> "onnx.ModelProto":
+def qdq_cnn(seed: int = 0) -> onnx.ModelProto:
     """The demo's QDQ CNN (opset 13), input ``"input"`` (1, 3, 16, 16), output (1, 10)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -49,24 +49,50 @@ def qdq_cnn(seed: int = 0) -> "onnx.ModelProto":
     def qdq(x: str, name: str, quant: Tuple[float, int]) -> str:
         scale = constant(f"{name}.scale", np.array(quant[0], np.float32))
         zero = constant(f"{name}.zero_point", np.array(quant[1], np.uint8))
-        nodes.append(helper.make_node("QuantizeLinear", [x, scale, zero], [f"{name}.q"], name=f"{name}.quantize"))
-        nodes.append(helper.make_node("DequantizeLinear", [f"{name}.q", scale, zero], [f"{name}.dq"],
-                                      name=f"{name}.dequantize"))
+        nodes.append(
+            helper.make_node(
+                "QuantizeLinear", [x, scale, zero], [f"{name}.q"], name=f"{name}.quantize"
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [f"{name}.q", scale, zero],
+                [f"{name}.dq"],
+                name=f"{name}.dequantize",
+            )
+        )
         return f"{name}.dq"
 
-    def weight_and_bias(name: str, w: np.ndarray, b: np.ndarray, input_scale: float) -> Tuple[str, str]:
+    def weight_and_bias(
+        name: str, w: np.ndarray, b: np.ndarray, input_scale: float
+    ) -> Tuple[str, str]:
         # Per output channel (axis 0), symmetric int8 weights; int32 biases at the accumulator scale.
         w_scale = np.maximum(np.abs(w.reshape(w.shape[0], -1)).max(axis=1), 1e-8) / 127.0
-        w_q = np.clip(np.round(w / w_scale.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
+        w_q = np.clip(np.round(w / w_scale.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(
+            np.int8
+        )
         b_scale = (input_scale * w_scale).astype(np.float32)
         b_q = np.round(b / b_scale).astype(np.int32)
         outputs = []
-        for kind, data, scale, zero in (("weight", w_q, w_scale.astype(np.float32), np.zeros(len(w_scale), np.int8)),
-                                        ("bias", b_q, b_scale, np.zeros(len(b_scale), np.int32))):
-            inputs = [constant(f"{name}.{kind}_quantized", data), constant(f"{name}.{kind}_scale", scale),
-                      constant(f"{name}.{kind}_zero_point", zero)]
-            nodes.append(helper.make_node("DequantizeLinear", inputs, [f"{name}.{kind}"], name=f"{name}.{kind}.dequantize",
-                                          axis=0))
+        for kind, data, scale, zero in (
+            ("weight", w_q, w_scale.astype(np.float32), np.zeros(len(w_scale), np.int8)),
+            ("bias", b_q, b_scale, np.zeros(len(b_scale), np.int32)),
+        ):
+            inputs = [
+                constant(f"{name}.{kind}_quantized", data),
+                constant(f"{name}.{kind}_scale", scale),
+                constant(f"{name}.{kind}_zero_point", zero),
+            ]
+            nodes.append(
+                helper.make_node(
+                    "DequantizeLinear",
+                    inputs,
+                    [f"{name}.{kind}"],
+                    name=f"{name}.{kind}.dequantize",
+                    axis=0,
+                )
+            )
             outputs.append(f"{name}.{kind}")
         return outputs[0], outputs[1]
 
@@ -74,9 +100,20 @@ def qdq_cnn(seed: int = 0) -> "onnx.ModelProto":
     for i, (cin, cout, stride) in enumerate(_CONVS):
         x = qdq(x, f"conv{i}.input", quant)
         w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))).astype(np.float32)
-        weight, bias = weight_and_bias(f"conv{i}", w, (rng.standard_normal(cout) * 0.1).astype(np.float32), quant[0])
-        nodes.append(helper.make_node("Conv", [x, weight, bias], [f"conv{i}"], name=f"conv{i}", kernel_shape=[3, 3],
-                                      pads=[1, 1, 1, 1], strides=[stride, stride]))
+        weight, bias = weight_and_bias(
+            f"conv{i}", w, (rng.standard_normal(cout) * 0.1).astype(np.float32), quant[0]
+        )
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, weight, bias],
+                [f"conv{i}"],
+                name=f"conv{i}",
+                kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1],
+                strides=[stride, stride],
+            )
+        )
         nodes.append(helper.make_node("Relu", [f"conv{i}"], [f"relu{i}"], name=f"relu{i}"))
         x, quant = f"relu{i}", _ACTIVATION_QUANT
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"))
@@ -84,7 +121,9 @@ def qdq_cnn(seed: int = 0) -> "onnx.ModelProto":
     x = qdq("flat", "fc.input", quant)
     width = _CONVS[-1][1]
     w = (rng.standard_normal((_CLASSES, width)) * np.sqrt(1.0 / width)).astype(np.float32)
-    weight, bias = weight_and_bias("fc", w, (rng.standard_normal(_CLASSES) * 0.1).astype(np.float32), quant[0])
+    weight, bias = weight_and_bias(
+        "fc", w, (rng.standard_normal(_CLASSES) * 0.1).astype(np.float32), quant[0]
+    )
     nodes.append(helper.make_node("Gemm", [x, weight, bias], ["output"], name="fc", transB=1))
     graph = helper.make_graph(
         nodes,
@@ -93,7 +132,11 @@ def qdq_cnn(seed: int = 0) -> "onnx.ModelProto":
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, _CLASSES])],
         initializers,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="fold_guard")
-    model.ir_version = 8  # what onnx releases since 1.10 read; the default follows the installed onnx
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="fold_guard"
+    )
+    model.ir_version = (
+        8  # what onnx releases since 1.10 read; the default follows the installed onnx
+    )
     onnx.checker.check_model(model)
     return model

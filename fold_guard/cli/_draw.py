@@ -85,12 +85,17 @@ def _layout(plan: FoldPlan) -> List[Tuple[int, int]]:
 
 def _hover(plan: FoldPlan, index: int, layer: Optional[str]) -> str:
     node, decision = plan.graph.nodes[index], plan.decisions[index]
-    lines = [f"{node.function}/{decision.label} = {decision.op}" + (f"  [layer {layer}]" if layer else "")]
+    lines = [
+        f"{node.function}/{decision.label} = {decision.op}"
+        + (f"  [layer {layer}]" if layer else "")
+    ]
     lines.append(f"{decision.reason.text}" + (f" [{decision.rule}]" if decision.rule else ""))
     if decision.detail:
         lines.append(decision.detail)
-    inputs = (f"{inp.kind.value} {'' if inp.label == 'const' else inp.label + ' '}{tensor_text(inp.tensor)}"
-              for inp in node.inputs)
+    inputs = (
+        f"{inp.kind.value} {'' if inp.label == 'const' else inp.label + ' '}{tensor_text(inp.tensor)}"
+        for inp in node.inputs
+    )
     lines.append("in: " + ", ".join(inputs))
     lines.append("out: " + ", ".join(tensor_text(out) for out in node.outputs))
     return "\n".join(lines)
@@ -101,7 +106,11 @@ def _caption(plan: FoldPlan, index: int, layer: Optional[str]) -> Tuple[str, str
     op = decision.op.rsplit(".", 1)[-1]
     name = layer or decision.label
     top = f"{op} · {name}"
-    const = sum(inp.tensor.nbytes or 0 for inp in node.inputs if inp.kind is InputKind.CONSTANT and inp.tensor)
+    const = sum(
+        inp.tensor.nbytes or 0
+        for inp in node.inputs
+        if inp.kind is InputKind.CONSTANT and inp.tensor
+    )
     result = sum(out.nbytes or 0 for out in node.outputs)
     parts = [tensor_text(node.outputs[0]) if node.outputs else ""]
     if decision.reason is Reason.FOLDED and result:
@@ -116,7 +125,9 @@ def render_svg(plan: FoldPlan, layers: Mapping[Tuple[str, str], str], *, title: 
     return _svg(plan, layers, title=title, standalone=True)
 
 
-def _svg(plan: FoldPlan, layers: Mapping[Tuple[str, str], str], *, title: str, standalone: bool) -> str:
+def _svg(
+    plan: FoldPlan, layers: Mapping[Tuple[str, str], str], *, title: str, standalone: bool
+) -> str:
     places = _layout(plan)
     n_rows = 1 + max((row for row, _ in places), default=0)
     n_cols = 1 + max((col for _, col in places), default=0)
@@ -151,7 +162,9 @@ def _svg(plan: FoldPlan, layers: Mapping[Tuple[str, str], str], *, title: str, s
         x, y = xy(node.id)
         layer = layers.get((node.function, node.label))
         category = category_of(decision.reason)
-        shape = {Annotation.BARRIER: " barrier", Annotation.ALLOW: " allow"}.get(node.annotation, "")
+        shape = {Annotation.BARRIER: " barrier", Annotation.ALLOW: " allow"}.get(
+            node.annotation, ""
+        )
         first, second = _caption(plan, node.id, layer)
         fill = CATEGORIES[category][1]
         out.append(
@@ -170,14 +183,20 @@ def _legend() -> str:
     items = ['<g class="legend"><text class="legend-title" x="16" y="30">decision</text>']
     y = 42
     for key, (text, fill) in CATEGORIES.items():
-        items.append(f'<g class="legend-item" data-category="{key}"><rect x="16" y="{y}" width="14" height="14" '
-                     f'fill="{fill}"/><text x="36" y="{y + 11}">{html.escape(text)}</text></g>')
+        items.append(
+            f'<g class="legend-item" data-category="{key}"><rect x="16" y="{y}" width="14" height="14" '
+            f'fill="{fill}"/><text x="36" y="{y + 11}">{html.escape(text)}</text></g>'
+        )
         y += 20
-    items.append(f'<rect class="barrier-key" x="16" y="{y}" width="14" height="14" fill="none"/>'
-                 f'<text x="36" y="{y + 11}">fold_barrier (thick outline)</text>')
+    items.append(
+        f'<rect class="barrier-key" x="16" y="{y}" width="14" height="14" fill="none"/>'
+        f'<text x="36" y="{y + 11}">fold_barrier (thick outline)</text>'
+    )
     y += 20
-    items.append(f'<rect class="allow-key" x="16" y="{y}" width="14" height="14" fill="none"/>'
-                 f'<text x="36" y="{y + 11}">fold_allow (dashed outline)</text></g>')
+    items.append(
+        f'<rect class="allow-key" x="16" y="{y}" width="14" height="14" fill="none"/>'
+        f'<text x="36" y="{y + 11}">fold_allow (dashed outline)</text></g>'
+    )
     return "".join(items)
 
 
@@ -186,8 +205,9 @@ def _svg_style() -> str:
     return (
         ".edge{stroke:#78909c;stroke-width:1}"
         ".node rect{stroke:#37474f;stroke-width:1}"
-        ".node text{fill:#102027}" + "".join(f".node.{key} text{{fill:#fff}}" for key in dark) +
-        ".node .sub{font-size:10px;opacity:.85}"
+        ".node text{fill:#102027}"
+        + "".join(f".node.{key} text{{fill:#fff}}" for key in dark)
+        + ".node .sub{font-size:10px;opacity:.85}"
         ".node.barrier rect,.barrier-key{stroke:#000;stroke-width:4}"
         ".node.allow rect,.allow-key{stroke:#000;stroke-width:2;stroke-dasharray:5 3}"
         ".node:hover rect{stroke:#1565c0;stroke-width:3}"
@@ -203,7 +223,9 @@ def render_html(
     title: str,
 ) -> str:
     """A page with the counts, the SVG and an info panel following the pointer's box."""
-    counts = ", ".join(f"{n} {key.replace('_', ' ')}" for key, n in summary["counts"]["by_reason"].items())
+    counts = ", ".join(
+        f"{n} {key.replace('_', ' ')}" for key, n in summary["counts"]["by_reason"].items()
+    )
     head = f"{summary['calls']} calls under policy {summary['policy']!r}: {counts}"
     bytes_line = ""
     if summary.get("constant_bytes"):

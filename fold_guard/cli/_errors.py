@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-__all__ = ["CliError", "EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "closest"]
+__all__ = ["EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "closest"]
 
 EXIT_OK = 0
 #: ``fold --check``: the folded module's outputs differ from the original's.

@@ -55,7 +55,9 @@ def require_relax() -> None:
     try:
         import fold_guard.relax  # noqa: F401
     except (ImportError, UnsupportedIRError) as err:
-        raise CliError(f"--ir relax: {' '.join(str(err).split())}; with a Relay TVM pass --ir relay") from err
+        raise CliError(
+            f"--ir relax: {' '.join(str(err).split())}; with a Relay TVM pass --ir relay"
+        ) from err
 
 
 def load_model(path: str, *, ir: str = "relax", fq2i: bool = False) -> LoadedModel:
@@ -88,7 +90,9 @@ def load_model(path: str, *, ir: str = "relax", fq2i: bool = False) -> LoadedMod
         raise CliError(f"{path}: is a directory, not a model file")
     fmt = _SUFFIXES.get(os.path.splitext(path)[1].lower())
     if fmt is None:
-        raise CliError(f"{path}: unknown model format; expected .onnx, .json (tvm.ir.save_json) or .py (TVMScript)")
+        raise CliError(
+            f"{path}: unknown model format; expected .onnx, .json (tvm.ir.save_json) or .py (TVMScript)"
+        )
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -137,9 +141,13 @@ def _check_ir(path: str, mod: Any, ir: str) -> None:
         raise CliError(f"{path}: holds a {type(mod).__name__}, not an IRModule")
     kinds = {type(func).__module__.split(".")[1] for func in mod.functions.values()}
     if ir == "relax" and "relax" not in kinds:
-        raise CliError(f"{path}: the module has no Relax function; for a Relay module pass --ir relay")
+        raise CliError(
+            f"{path}: the module has no Relax function; for a Relay module pass --ir relay"
+        )
     if ir == "relay" and "relay" not in kinds:
-        raise CliError(f"{path}: the module has no Relay function; for a Relax module drop --ir relay")
+        raise CliError(
+            f"{path}: the module has no Relay function; for a Relax module drop --ir relay"
+        )
 
 
 def _parse_onnx(path: str, data: bytes) -> Any:
@@ -149,7 +157,7 @@ def _parse_onnx(path: str, data: bytes) -> Any:
         raise CliError(f"{path}: reading ONNX needs the onnx package (pip install onnx)") from err
     try:
         model = onnx.load_from_string(data)
-    except Exception as err:  # noqa: BLE001 - protobuf raises its own DecodeError types
+    except Exception as err:
         raise CliError(f"{path}: not an ONNX model ({type(err).__name__}: {err})") from err
     if not model.graph.node:
         raise CliError(f"{path}: not an ONNX model (no graph nodes)")
@@ -170,7 +178,7 @@ def _frontend_call(convert: Callable[[], Any], path: str) -> Any:
             return convert()
     except CliError:
         raise
-    except Exception as err:  # noqa: BLE001 - any frontend failure means "cannot import"
+    except Exception as err:
         message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         hint = ""
         if "QLinear" in message or "QLinear" in captured.getvalue():
@@ -292,7 +300,7 @@ def _load_json(path: str, data: bytes) -> Any:
         raise CliError(f"{path}: not a TVM JSON file (tvm.ir.save_json output starts with '{{')")
     try:
         return tvm.ir.load_json(text)
-    except Exception as err:  # noqa: BLE001 - TVM raises its own error types for bad JSON
+    except Exception as err:
         raise CliError(f"{path}: not a TVM JSON file: {str(err).strip().splitlines()[-1]}") from err
 
 
@@ -312,8 +320,10 @@ def _load_tvmscript(path: str, data: bytes) -> Any:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             namespace = runpy.run_path(path, run_name="__fold_guard_model__")
-    except Exception as err:  # noqa: BLE001 - the file is the user's program; report its failure
-        raise CliError(f"{path}: not a TVMScript file holding an IRModule: {type(err).__name__}: {err}") from err
+    except Exception as err:
+        raise CliError(
+            f"{path}: not a TVMScript file holding an IRModule: {type(err).__name__}: {err}"
+        ) from err
     modules = {name: value for name, value in namespace.items() if isinstance(value, tvm.IRModule)}
     if len(modules) != 1:
         found = ", ".join(sorted(modules)) or "none"

@@ -17,13 +17,13 @@ MODULE_SUFFIXES = (".json", ".py")
 # A .py file that runs on its own (``python OUT.py``, or ``fold-guard inspect OUT.py``): the
 # printed module refers to ``tvm`` for its metadata and to R.fold_barrier / R.fold_allow, which
 # exist once fold_guard is imported.
-_TVMSCRIPT_HEADER = '''# Written by fold-guard. Importing fold_guard registers R.fold_barrier / R.fold_allow.
+_TVMSCRIPT_HEADER = """# Written by fold-guard. Importing fold_guard registers R.fold_barrier / R.fold_allow.
 import tvm
 import fold_guard  # noqa: F401
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-'''
+"""
 
 
 def check_writable(path: str, what: str) -> None:
@@ -78,5 +78,9 @@ def module_text(mod: Any, path: str, ir: str) -> str:
     if suffix == ".py" and ir == "relax":
         return _TVMSCRIPT_HEADER + mod.script(show_meta=True)
     if suffix == ".py":
-        raise CliError(f"-o {path}: TVMScript output is for Relax modules; write a Relay module as .json")
-    raise CliError(f"-o {path}: unknown output format; use .json (tvm.ir.save_json) or .py (TVMScript)")
+        raise CliError(
+            f"-o {path}: TVMScript output is for Relax modules; write a Relay module as .json"
+        )
+    raise CliError(
+        f"-o {path}: unknown output format; use .json (tvm.ir.save_json) or .py (TVMScript)"
+    )

@@ -26,12 +26,17 @@ class Progress:
     def enabled(self) -> bool:
         return self._enabled
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self._enabled:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=len(self._steps), file=self._stream, leave=False, unit="step",
-                             bar_format="{desc:<24} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
+            self._bar = tqdm(
+                total=len(self._steps),
+                file=self._stream,
+                leave=False,
+                unit="step",
+                bar_format="{desc:<24} {bar} {n_fmt}/{total_fmt} [{elapsed}]",
+            )
         return self
 
     def step(self, name: str) -> None:

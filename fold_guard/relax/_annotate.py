@@ -89,7 +89,9 @@ _FILL_VALUE = {"relax.zeros": 0, "relax.ones": 1}
 class _Annotator(PyExprMutator):
     """Re-emits the placed bindings: ``v = f(fold_barrier(a), ...)``, ``v = fold_allow(f(...))``."""
 
-    def __init__(self, mod: tvm.IRModule, placed: Dict[relax.Var, List[Placement]], sites: Sequence[CallSite]) -> None:
+    def __init__(
+        self, mod: tvm.IRModule, placed: Dict[relax.Var, List[Placement]], sites: Sequence[CallSite]
+    ) -> None:
         super().__init__(mod)
         self.placed = placed
         self.sites = sites
@@ -107,7 +109,9 @@ class _Annotator(PyExprMutator):
                 value = self._guard_creation(binding.var, value, placement)
             else:
                 operand = self.sites[placement.node].leaves[placement.operand]
-                guarded = self.builder_.emit(fold_barrier(self.visit_expr(operand)), f"{binding.var.name}_operand")
+                guarded = self.builder_.emit(
+                    fold_barrier(self.visit_expr(operand)), f"{binding.var.name}_operand"
+                )
                 value = _replace_argument(value, operand, guarded)
         if any(p.annotation is Annotation.ALLOW for p in self.placed[binding.var]):
             value = fold_allow(self.builder_.emit(value, f"{binding.var.name}_value"))
@@ -121,7 +125,9 @@ class _Annotator(PyExprMutator):
             self.uncarried.append(placement)
             return call
         dtype = str(call.attrs.dtype)
-        fill = self.builder_.emit(fold_barrier(relax.const(_FILL_VALUE[op_name], dtype)), f"{var.name}_fill")
+        fill = self.builder_.emit(
+            fold_barrier(relax.const(_FILL_VALUE[op_name], dtype)), f"{var.name}_fill"
+        )
         return relax.op.full(call.args[0], fill, dtype)
 
 

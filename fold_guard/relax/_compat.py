@@ -15,25 +15,25 @@ from .._core.errors import UnsupportedIRError
 from .._versions import major_minor
 
 __all__ = [
+    "ERROR_NAMESPACE",
     "SUPPORTED_TVM",
     "TVM_VERSION",
-    "check_tvm_version",
     "Constant",
+    "ShapeType",
     "TensorType",
     "TupleType",
-    "ShapeType",
-    "is_constant",
+    "check_tvm_version",
     "constant_array",
-    "make_constant",
-    "type_of",
+    "dtype_of",
+    "flatten_types",
     "has_type",
-    "var_name",
+    "is_constant",
+    "make_constant",
+    "register_errors_with_ffi",
     "static_shape",
     "static_shape_under",
-    "flatten_types",
-    "dtype_of",
-    "register_errors_with_ffi",
-    "ERROR_NAMESPACE",
+    "type_of",
+    "var_name",
 ]
 
 #: Releases the Relax adapter is tested on (major, minor).
@@ -135,7 +135,11 @@ def static_shape_under(ty: Any, values: Dict[Any, int]) -> Optional[Tuple[Option
     """The dims of a TensorType with its symbolic vars bound to ``values`` (None where unknown)."""
     from tvm.sym.analyzer import Analyzer  # 0.27 home of the arithmetic analyzer
 
-    if not isinstance(ty, TensorType) or ty.shape is None or getattr(ty.shape, "values", None) is None:
+    if (
+        not isinstance(ty, TensorType)
+        or ty.shape is None
+        or getattr(ty.shape, "values", None) is None
+    ):
         return None
     analyzer = Analyzer()
     for var, value in values.items():

@@ -48,15 +48,15 @@ def evaluate_plan(
             continue
         kernel = kernels.kernels.get(node_id)
         if kernel is None:
-            failures[node_id] = kernels.unsupported.get(node_id, "no kernel was prepared for this call")
+            failures[node_id] = kernels.unsupported.get(
+                node_id, "no kernel was prepared for this call"
+            )
             continue
-        outputs = [
-            tvm.runtime.empty(info.shape, info.dtype, device) for info in node.outputs
-        ]
+        outputs = [tvm.runtime.empty(info.shape, info.dtype, device) for info in node.outputs]
         args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
         try:
             library.function(kernel)(*args, *outputs)
-        except Exception as err:  # noqa: BLE001 - becomes Reason.EVAL_FAILED; strict re-raises
+        except Exception as err:
             failures[node_id] = f"{type(err).__name__}: {err}".splitlines()[0]
             if strict:
                 raise evaluation_error(node, failures[node_id]) from err
@@ -65,7 +65,9 @@ def evaluate_plan(
     return failures
 
 
-def _leaf_value(site: CallSite, index: int, graph: FoldGraph, values: Mapping[int, List]) -> tvm.runtime.Tensor:
+def _leaf_value(
+    site: CallSite, index: int, graph: FoldGraph, values: Mapping[int, List]
+) -> tvm.runtime.Tensor:
     constant = site.leaf_constants[index]
     if constant is not None:
         return _compat.constant_array(constant)

@@ -71,7 +71,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "fold_guard"
 
 
-def resolve_cache(setting: CacheSetting, target: str) -> Optional["KernelCache"]:
+def resolve_cache(setting: CacheSetting, target: str) -> Optional[KernelCache]:
     """The cache a fold uses: ``setting`` if given, else ``$FOLD_GUARD_CACHE_DIR``, else the default.
 
     >>> resolve_cache(False, "llvm") is None
@@ -146,7 +146,9 @@ class KernelCache:
     loads it. Both return ``{key: (runtime module, symbol)}``.
     """
 
-    def __init__(self, root: Union[str, os.PathLike], target: str, *, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(
+        self, root: Union[str, os.PathLike], target: str, *, max_bytes: int = DEFAULT_MAX_BYTES
+    ):
         self.root = Path(root)
         self.target = target
         self.max_bytes = max_bytes
@@ -158,7 +160,11 @@ class KernelCache:
     @staticmethod
     def key(prim_func: tvm.tirx.PrimFunc) -> str:
         """SHA-256 of the serialized PrimFunc, its ``global_symbol`` removed (names are ours)."""
-        func = prim_func.without_attr("global_symbol") if prim_func.attrs and "global_symbol" in prim_func.attrs else prim_func
+        func = (
+            prim_func.without_attr("global_symbol")
+            if prim_func.attrs and "global_symbol" in prim_func.attrs
+            else prim_func
+        )
         return hashlib.sha256(tvm.ir.save_json(func).encode()).hexdigest()
 
     @staticmethod
@@ -186,7 +192,10 @@ class KernelCache:
 
     def build(self, functions: Mapping[str, tvm.tirx.PrimFunc]) -> Dict[str, Tuple[Any, str]]:
         """Compile ``{key: PrimFunc}`` as one library, store it, and load it."""
-        named = {self.symbol(key): func.with_attr("global_symbol", self.symbol(key)) for key, func in functions.items()}
+        named = {
+            self.symbol(key): func.with_attr("global_symbol", self.symbol(key))
+            for key, func in functions.items()
+        }
         built = tvm.tirx.build(tvm.IRModule(named), target=self.target)
         self._libs.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=self._libs, prefix=".tmp-", suffix=".so")
@@ -225,7 +234,9 @@ class KernelCache:
         path = self._libs / entry.library
         try:
             if _sha256_file(path) != entry.sha256:
-                logger.debug("fold_guard kernel cache: %s does not match its digest, rebuilding", path)
+                logger.debug(
+                    "fold_guard kernel cache: %s does not match its digest, rebuilding", path
+                )
                 self._remove(path)
                 return None
             module = tvm.runtime.load_module(str(path))

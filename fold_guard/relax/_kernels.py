@@ -34,7 +34,7 @@ from ._kernel_cache import KernelCache
 from ._lower import CallSite, SiteKind, StaticShapeVar
 from ._stock import legalized_call_tir, needs_scalar_decision
 
-__all__ = ["Kernel", "KernelSet", "prepare_kernels", "KernelLibrary", "SHAPE_GENERIC_OPS"]
+__all__ = ["SHAPE_GENERIC_OPS", "Kernel", "KernelLibrary", "KernelSet", "prepare_kernels"]
 
 logger = logging.getLogger("fold_guard")
 
@@ -53,7 +53,13 @@ _ELEMENTWISE = (
 #: summation order, from static sizes (``adaptive_avg_pool2d`` does when a window divides evenly).
 SHAPE_GENERIC_OPS = frozenset(
     [f"relax.{name}" for name in _ELEMENTWISE.split()]
-    + ["relax.quantize", "relax.dequantize", "relax.broadcast_to", "relax.permute_dims", "relax.expand_dims"]
+    + [
+        "relax.quantize",
+        "relax.dequantize",
+        "relax.broadcast_to",
+        "relax.permute_dims",
+        "relax.expand_dims",
+    ]
 )
 #: Ops of SHAPE_GENERIC_OPS whose result C and LLVM leave undefined for some integer operands
 #: (division by zero, ``INT_MIN / -1``, a shift by at least the bit width). What such a kernel
@@ -61,7 +67,8 @@ SHAPE_GENERIC_OPS = frozenset(
 #: static one stock compiles, so on integers they get static kernels. (``quantize`` clips before
 #: it converts, so its conversion is always in range.)
 _UNDEFINED_ON_INTEGERS = frozenset(
-    f"relax.{name}" for name in ("divide", "floor_divide", "floor_mod", "mod", "left_shift", "right_shift")
+    f"relax.{name}"
+    for name in ("divide", "floor_divide", "floor_mod", "mod", "left_shift", "right_shift")
 )
 _ASTYPE_OP = "relax.astype"
 
@@ -137,7 +144,9 @@ class _Request:
     dim_values: Dict[tvm.tirx.Var, Tuple[int, ...]] = field(default_factory=dict)
 
 
-def _dims_for(members: List[CallSite], symbolic: bool) -> Tuple[List[List[object]], Dict[tvm.tirx.Var, Tuple[int, ...]]]:
+def _dims_for(
+    members: List[CallSite], symbolic: bool
+) -> Tuple[List[List[object]], Dict[tvm.tirx.Var, Tuple[int, ...]]]:
     """Per leaf, its dims: an int where every member agrees, else a shared symbolic var.
 
     Two positions whose values agree across all members get the same var, so constraints such
@@ -161,7 +170,9 @@ def _dims_for(members: List[CallSite], symbolic: bool) -> Tuple[List[List[object
     return dims, {var: column for column, var in shared.items()}
 
 
-def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars_as_constants: bool) -> Tuple[relax.Function, _Request]:
+def _make_request(
+    name: str, members: List[CallSite], *, symbolic: bool, scalars_as_constants: bool
+) -> Tuple[relax.Function, _Request]:
     site = members[0]
     params: List[Optional[relax.Var]] = []
     leaf_exprs: List[relax.Expr] = []
@@ -170,7 +181,9 @@ def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars
         dtype = _compat.dtype_of(_leaf_type(site, i))
         if scalars_as_constants and not leaf_dims:
             constant = site.leaf_constants[i]
-            leaf_exprs.append(constant if constant is not None else relax.const(np.zeros((), dtype), dtype))
+            leaf_exprs.append(
+                constant if constant is not None else relax.const(np.zeros((), dtype), dtype)
+            )
             params.append(None)
             continue
         var = relax.Var(f"p{i}", relax.TensorType(leaf_dims, dtype))
@@ -191,7 +204,9 @@ def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars
             return shape_params[-1]
         return arg  # type: ignore[return-value]
 
-    call = relax.Call(site.call.op, [rebuild(a) for a in site.template_args], site.call.attrs, site.call.ty_args)
+    call = relax.Call(
+        site.call.op, [rebuild(a) for a in site.template_args], site.call.attrs, site.call.ty_args
+    )
     bb = relax.BlockBuilder()
     with bb.function(name, [p for p in params if p is not None] + shape_params, private=True):
         with bb.dataflow():
@@ -201,7 +216,9 @@ def _make_request(name: str, members: List[CallSite], *, symbolic: bool, scalars
     return bb.get()[name], request
 
 
-def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Dict[str, tvm.IRModule], Dict[str, str]]:
+def _legalize(
+    functions: Dict[str, relax.Function],
+) -> Tuple[Dict[str, tvm.IRModule], Dict[str, str]]:
     """LegalizeOps over all request functions at once; on failure, one by one to isolate it.
 
     Returns, per request name, the legalized module that holds it (the batch, or the request's
@@ -224,7 +241,9 @@ def _legalize(functions: Dict[str, relax.Function]) -> Tuple[Dict[str, tvm.IRMod
     return modules, errors
 
 
-def _split_by_output_shape(request: _Request, out_ty: object) -> Tuple[List[CallSite], List[CallSite]]:
+def _split_by_output_shape(
+    request: _Request, out_ty: object
+) -> Tuple[List[CallSite], List[CallSite]]:
     """Members whose static result shape the symbolic kernel reproduces, and the others.
 
     A guard on top of the signature: if an op's result shape depends on its input dims in a way
@@ -235,7 +254,9 @@ def _split_by_output_shape(request: _Request, out_ty: object) -> Tuple[List[Call
     kernel_types = _compat.flatten_types(out_ty)
     for index, site in enumerate(request.members):
         values = {var: column[index] for var, column in request.dim_values.items()}
-        expected = [_compat.static_shape(t) for t in _compat.flatten_types(_compat.type_of(site.call))]
+        expected = [
+            _compat.static_shape(t) for t in _compat.flatten_types(_compat.type_of(site.call))
+        ]
         produced = [_compat.static_shape_under(t, values) for t in kernel_types]
         (good if produced == expected else bad).append(site)
     return good, bad
@@ -254,7 +275,10 @@ def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Ker
         elif _compat.is_constant(arg):
             arg_map.append(_compat.constant_array(arg))
         else:
-            return None, f"legalized call_tir takes {arg}, which is neither an operand nor a constant"
+            return (
+                None,
+                f"legalized call_tir takes {arg}, which is neither an operand nor a constant",
+            )
     return Kernel(prim_func, tuple(arg_map), value.ty_args[0]), ""
 
 
@@ -265,7 +289,9 @@ def _split_by_shape(members: Sequence[CallSite]) -> List[List[CallSite]]:
     return list(by_shape.values())
 
 
-def _static_requests(name: str, members: Sequence[CallSite]) -> List[Tuple[relax.Function, _Request]]:
+def _static_requests(
+    name: str, members: Sequence[CallSite]
+) -> List[Tuple[relax.Function, _Request]]:
     return [
         _make_request(f"{name}_s{k}", part, symbolic=False, scalars_as_constants=False)
         for k, part in enumerate(_split_by_shape(members))
@@ -292,7 +318,9 @@ def _is_shape_generic(site: CallSite) -> bool:
         return not any(_is_integer(dtype) for dtype in in_dtypes)
     if op == _ASTYPE_OP:
         out_dtype = _compat.dtype_of(_compat.type_of(site.call))
-        return not (_is_integer(out_dtype) and any(not _is_integer(d) and d != "bool" for d in in_dtypes))
+        return not (
+            _is_integer(out_dtype) and any(not _is_integer(d) and d != "bool" for d in in_dtypes)
+        )
     return True
 
 
@@ -310,11 +338,15 @@ def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Func
         requests = _static_requests(name, members)
     if needs_scalar_decision(_shapes(members[0])):
         # One decision (on the first member's static shapes) serves the whole group.
-        requests.append(_make_request(f"{name}_decision", members, symbolic=False, scalars_as_constants=True))
+        requests.append(
+            _make_request(f"{name}_decision", members, symbolic=False, scalars_as_constants=True)
+        )
     return requests
 
 
-def _read_back(requests: List[Tuple[relax.Function, _Request]], result: KernelSet) -> List[Tuple[relax.Function, _Request]]:
+def _read_back(
+    requests: List[Tuple[relax.Function, _Request]], result: KernelSet
+) -> List[Tuple[relax.Function, _Request]]:
     """Legalize ``requests`` together and record their kernels; return the static retries."""
     legalized, errors = _legalize({request.name: func for func, request in requests})
     retries: List[Tuple[relax.Function, _Request]] = []
@@ -326,7 +358,11 @@ def _read_back(requests: List[Tuple[relax.Function, _Request]], result: KernelSe
             if kernel is None:
                 result.not_stock_foldable.update({site.node_id: why for site in request.members})
         elif kernel is not None:
-            good, bad = _split_by_output_shape(request, kernel.out_ty) if request.symbolic else (request.members, [])
+            good, bad = (
+                _split_by_output_shape(request, kernel.out_ty)
+                if request.symbolic
+                else (request.members, [])
+            )
             result.kernels.update({site.node_id: kernel for site in good})
             retries += _static_requests(f"{request.name}_o", bad)
         elif request.symbolic:
@@ -336,7 +372,9 @@ def _read_back(requests: List[Tuple[relax.Function, _Request]], result: KernelSe
     return retries
 
 
-def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite], candidates: AbstractSet[int]) -> KernelSet:
+def prepare_kernels(
+    mod: tvm.IRModule, sites: Sequence[CallSite], candidates: AbstractSet[int]
+) -> KernelSet:
     """Find a kernel for every site in ``candidates`` (those that could fold), legalizing once per op signature."""
     result = KernelSet()
     groups: Dict[Tuple, List[CallSite]] = {}
@@ -349,7 +387,11 @@ def prepare_kernels(mod: tvm.IRModule, sites: Sequence[CallSite], candidates: Ab
         elif site.kind is SiteKind.OP:
             groups.setdefault(_signature(site), []).append(site)
     # Step 1. One request per group, symbolic where the members' shapes differ.
-    requests = [req for index, members in enumerate(groups.values()) for req in _group_requests(f"g{index}", members)]
+    requests = [
+        req
+        for index, members in enumerate(groups.values())
+        for req in _group_requests(f"g{index}", members)
+    ]
     # Step 2. One LegalizeOps over all of them; a symbolic request that does not give a single
     # TIR call is retried once per distinct shape (static requests are never retried).
     retries = _read_back(requests, result)
@@ -385,7 +427,9 @@ class KernelLibrary:
             if key in self._symbols:
                 continue
             bucket = by_hash.setdefault(tvm_ffi.structural_hash(kernel.prim_func), [])
-            symbol = next((s for f, s in bucket if tvm_ffi.structural_equal(f, kernel.prim_func)), None)
+            symbol = next(
+                (s for f, s in bucket if tvm_ffi.structural_equal(f, kernel.prim_func)), None
+            )
             if symbol is None:
                 symbol = f"fold_guard_kernel_{len(self._funcs)}"
                 self._funcs[symbol] = kernel.prim_func.with_attr("global_symbol", symbol)
@@ -416,12 +460,17 @@ class KernelLibrary:
             logger.debug("batched kernel build failed (%s); building kernels one by one", err)
         for symbol, func in funcs.items():
             try:
-                self._compiled[symbol] = (tvm.tirx.build(tvm.IRModule({symbol: func}), target=self.TARGET), symbol)
+                self._compiled[symbol] = (
+                    tvm.tirx.build(tvm.IRModule({symbol: func}), target=self.TARGET),
+                    symbol,
+                )
                 self.compiled += 1
             except Exception as err:  # noqa: BLE001 - recorded as EVAL_FAILED for the calls using it
                 self.failures[symbol] = f"kernel build failed: {err}".splitlines()[0]
 
-    def _build_through_cache(self, cache: KernelCache, funcs: Dict[str, tvm.tirx.PrimFunc]) -> Dict[str, tvm.tirx.PrimFunc]:
+    def _build_through_cache(
+        self, cache: KernelCache, funcs: Dict[str, tvm.tirx.PrimFunc]
+    ) -> Dict[str, tvm.tirx.PrimFunc]:
         """Load or build ``funcs`` through ``cache``; return those left to build without it."""
         keys = {symbol: cache.key(func) for symbol, func in funcs.items()}
         found = cache.lookup(sorted(set(keys.values())))
@@ -439,7 +488,9 @@ class KernelLibrary:
             else:
                 left[symbol] = funcs[symbol]
         self.compiled += len({key for key in missing if key in found})
-        self.cached += len({key for symbol, key in keys.items() if key in found and key not in missing})
+        self.cached += len(
+            {key for symbol, key in keys.items() if key in found and key not in missing}
+        )
         return left
 
     def function(self, kernel: Kernel) -> Any:

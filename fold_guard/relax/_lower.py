@@ -26,7 +26,14 @@ import tvm
 from tvm import relax
 
 from .._core.errors import PreconditionError, UnsupportedIRError
-from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo, reachable_from_constants
+from .._core.graph import (
+    Annotation,
+    FoldNode,
+    InputKind,
+    NodeInput,
+    TensorInfo,
+    reachable_from_constants,
+)
 from .._core.reasons import Reason
 from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
@@ -35,7 +42,7 @@ from ._stock import CALL_TIR_OP, TENSOR_TO_SHAPE_OP, default_decision, not_legal
 if TYPE_CHECKING:
     from ._kernels import KernelSet
 
-__all__ = ["SiteKind", "CallSite", "LoweredModule", "StaticShapeVar", "Walk", "walk_relax"]
+__all__ = ["CallSite", "LoweredModule", "SiteKind", "StaticShapeVar", "Walk", "walk_relax"]
 
 
 class SiteKind(Enum):
@@ -125,7 +132,9 @@ class Walk:
         nodes = [
             (
                 tuple(
-                    dataclasses.replace(inp, kind=InputKind.CONSTANT) if index in site.zero_size_leaves else inp
+                    dataclasses.replace(inp, kind=InputKind.CONSTANT)
+                    if index in site.zero_size_leaves
+                    else inp
                     for index, inp in enumerate(facts.inputs)
                 ),
                 facts.annotation,
@@ -133,15 +142,17 @@ class Walk:
             for site, facts in zip(self.sites, self.facts)
         ]
         reachable = reachable_from_constants(nodes, through_barriers=False, opaque=opaque)
-        return frozenset(node_id for node_id in reachable if self.sites[node_id].kind is not SiteKind.OTHER)
+        return frozenset(
+            node_id for node_id in reachable if self.sites[node_id].kind is not SiteKind.OTHER
+        )
 
-    def lower(self, kernels: "KernelSet") -> LoweredModule:
+    def lower(self, kernels: KernelSet) -> LoweredModule:
         """Build every FoldNode, once, from the walk's facts and what legalization found."""
         nodes = tuple(_node(site, facts, kernels) for site, facts in zip(self.sites, self.facts))
         return LoweredModule(nodes, tuple(self.sites), dict(self.functions))
 
 
-def _node(site: CallSite, facts: _Facts, kernels: "KernelSet") -> FoldNode:
+def _node(site: CallSite, facts: _Facts, kernels: KernelSet) -> FoldNode:
     """One FoldNode: the walk's facts, plus no kernel at all, or a kernel the stock pass would not use."""
     node_id = site.node_id
     unfoldable, detail = facts.unfoldable, facts.unfoldable_detail
@@ -151,11 +162,15 @@ def _node(site: CallSite, facts: _Facts, kernels: "KernelSet") -> FoldNode:
     unread = kernels.unread_zero_size.get(node_id, ())
     if unread:
         inputs = tuple(
-            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp for i, inp in enumerate(inputs)
+            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp
+            for i, inp in enumerate(inputs)
         )
     default_fold, default_rule = facts.default_fold, facts.default_rule
     if node_id in kernels.not_stock_foldable and default_fold:
-        default_fold, default_rule = False, not_legalized_rule(facts.op, kernels.not_stock_foldable[node_id])
+        default_fold, default_rule = (
+            False,
+            not_legalized_rule(facts.op, kernels.not_stock_foldable[node_id]),
+        )
     return FoldNode(
         id=node_id,
         op=facts.op,
@@ -232,7 +247,12 @@ def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Wal
 
 
 def _lower_seq(
-    mod: tvm.IRModule, name: str, scope: str, seq: relax.SeqExpr, env: Dict[relax.Var, _Env], out: Walk
+    mod: tvm.IRModule,
+    name: str,
+    scope: str,
+    seq: relax.SeqExpr,
+    env: Dict[relax.Var, _Env],
+    out: Walk,
 ) -> None:
     """Describe the bindings of ``seq``, recursing into If branches and nested functions.
 
@@ -280,7 +300,9 @@ def _check_annotation(scope: str, label: str, value: relax.Expr) -> None:
         return
     op_name = value.op.name
     if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and len(value.args) != 1:
-        raise UnsupportedIRError(f"function {scope}: {label} = {op_name} has {len(value.args)} operands, expected 1")
+        raise UnsupportedIRError(
+            f"function {scope}: {label} = {op_name} has {len(value.args)} operands, expected 1"
+        )
     if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and _compat.has_type(value.args[0]):
         if not isinstance(_compat.type_of(value.args[0]), _compat.TensorType):
             raise non_tensor_operand_error(op_name, value.args[0], f"function {scope}: {label} = ")
@@ -295,7 +317,11 @@ def _check_normalized(scope: str, label: str, value: relax.Expr) -> None:
     parts = [value] + (list(value.args) if isinstance(value, relax.Call) else [])
     if all(_compat.has_type(part) for part in parts):
         return
-    what = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else type(value).__name__
+    what = (
+        value.op.name
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+        else type(value).__name__
+    )
     raise PreconditionError(
         f"function {scope}: {label} = {what}(...) has no type yet, so the body is not normalized "
         "(it was built around relax.Call objects outside a BlockBuilder); fold_guard does not "
@@ -325,7 +351,10 @@ def _lower_call(
     annotation = Annotation.NONE
 
     if not op_name:
-        unfoldable, detail = Reason.UNSUPPORTED, f"call to {call.op} is not an operator; only operators and call_tir fold"
+        unfoldable, detail = (
+            Reason.UNSUPPORTED,
+            f"call to {call.op} is not an operator; only operators and call_tir fold",
+        )
         display = _callee_name(call.op)
         for arg in call.args:
             _add_leaf(arg, env, leaves)
@@ -349,11 +378,20 @@ def _lower_call(
             if op_name == TENSOR_TO_SHAPE_OP:
                 kind = SiteKind.TENSOR_TO_SHAPE
                 arg_ty = _compat.type_of(call.args[0])
-                if not isinstance(arg_ty, _compat.TensorType) or _compat.dtype_of(arg_ty) != "int64":
-                    unfoldable, detail = Reason.UNSUPPORTED, "tensor_to_shape folds only from an int64 tensor"
+                if (
+                    not isinstance(arg_ty, _compat.TensorType)
+                    or _compat.dtype_of(arg_ty) != "int64"
+                ):
+                    unfoldable, detail = (
+                        Reason.UNSUPPORTED,
+                        "tensor_to_shape folds only from an int64 tensor",
+                    )
             elif op.get_attr("FLegalize") is None:
                 kind = SiteKind.OTHER
-                unfoldable, detail = Reason.UNSUPPORTED, f"{op_name} has no FLegalize, so it has no TIR kernel to evaluate"
+                unfoldable, detail = (
+                    Reason.UNSUPPORTED,
+                    f"{op_name} has no FLegalize, so it has no TIR kernel to evaluate",
+                )
             elif op.get_attr("FPurity") is not None and not bool(op.get_attr("FPurity")):
                 kind = SiteKind.OTHER
                 unfoldable, detail = Reason.IMPURE, f"{op_name} is impure"
@@ -362,7 +400,10 @@ def _lower_call(
     outputs = _output_infos(_compat.type_of(call))
     if unfoldable is None and kind in (SiteKind.OP, SiteKind.CALL_TIR):
         if any(not info.is_static for info in outputs if info.dtype != "shape"):
-            unfoldable, detail = Reason.DYNAMIC_SHAPE, f"result type {_compat.type_of(call)} has symbolic dims"
+            unfoldable, detail = (
+                Reason.DYNAMIC_SHAPE,
+                f"result type {_compat.type_of(call)} has symbolic dims",
+            )
 
     default_fold, default_rule = default_decision(
         is_operator=kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE),
@@ -371,7 +412,19 @@ def _lower_call(
         call=call,
     )
     out.facts.append(
-        _Facts(display, label, scope, tuple(leaves.inputs), outputs, _attrs_dict(call), annotation, unfoldable, detail, default_fold, default_rule)
+        _Facts(
+            display,
+            label,
+            scope,
+            tuple(leaves.inputs),
+            outputs,
+            _attrs_dict(call),
+            annotation,
+            unfoldable,
+            detail,
+            default_fold,
+            default_rule,
+        )
     )
     return CallSite(
         node_id,
@@ -459,7 +512,9 @@ def _output_infos(ty) -> Tuple[TensorInfo, ...]:
     return tuple(
         _tensor_info(leaf)
         if isinstance(leaf, _compat.TensorType)
-        else TensorInfo("shape" if isinstance(leaf, _compat.ShapeType) else type(leaf).__name__, None, 0)
+        else TensorInfo(
+            "shape" if isinstance(leaf, _compat.ShapeType) else type(leaf).__name__, None, 0
+        )
         for leaf in _compat.flatten_types(ty)
     )
 

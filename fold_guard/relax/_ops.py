@@ -29,12 +29,12 @@ from .._core.errors import UnsupportedIRError
 from . import _compat
 
 __all__ = [
-    "FOLD_BARRIER_OP",
     "FOLD_ALLOW_OP",
-    "register_ops",
-    "fold_barrier",
+    "FOLD_BARRIER_OP",
     "fold_allow",
+    "fold_barrier",
     "non_tensor_operand_error",
+    "register_ops",
 ]
 
 FOLD_BARRIER_OP = "relax.fold_barrier"
@@ -46,7 +46,9 @@ _DESCRIPTIONS = {
 }
 
 
-def non_tensor_operand_error(op_name: str, operand: relax.Expr, where: str = "") -> UnsupportedIRError:
+def non_tensor_operand_error(
+    op_name: str, operand: relax.Expr, where: str = ""
+) -> UnsupportedIRError:
     """The error for an annotation over something that is not a tensor (the builders, type
     inference and the passes all refuse it with this text).
 
@@ -54,7 +56,11 @@ def non_tensor_operand_error(op_name: str, operand: relax.Expr, where: str = "")
     function has no constant of its own dtype to keep, the stock ``FoldConstant`` asserts on a
     barrier over a shape, and a barrier over a ``StringImm`` does not build.
     """
-    kind = type(_compat.type_of(operand)).__name__ if _compat.has_type(operand) else type(operand).__name__
+    kind = (
+        type(_compat.type_of(operand)).__name__
+        if _compat.has_type(operand)
+        else type(operand).__name__
+    )
     if isinstance(operand, relax.Var):
         text = _compat.var_name(operand)
     elif isinstance(operand, relax.Function):
@@ -97,7 +103,9 @@ def _lower_barrier_to_view(builder: Any, call: relax.Call) -> relax.Expr:
     if shape is None:
         ndim = getattr(ty, "ndim", -1)
         shape = builder.emit(
-            relax.Call(relax.ExternFunc(SHAPE_OF_BUILTIN), [operand], ty_args=[relax.ShapeType(ndim=ndim)])
+            relax.Call(
+                relax.ExternFunc(SHAPE_OF_BUILTIN), [operand], ty_args=[relax.ShapeType(ndim=ndim)]
+            )
         )
     return relax.Call(relax.ExternFunc(VIEW_BUILTIN), [operand, shape], ty_args=[ty])
 
@@ -142,7 +150,9 @@ def _annotate(op_name: str, expr: relax.Expr) -> relax.Call:
             f"{op_name.split('.')[-1]} expects a Relax expression, got {type(expr).__name__} ({expr!r})"
         )
     # An operand built outside a BlockBuilder has no type yet: type inference checks it later.
-    if isinstance(expr, relax.Function) or (_compat.has_type(expr) and not isinstance(_compat.type_of(expr), _compat.TensorType)):
+    if isinstance(expr, relax.Function) or (
+        _compat.has_type(expr) and not isinstance(_compat.type_of(expr), _compat.TensorType)
+    ):
         raise non_tensor_operand_error(op_name, expr)
     return relax.Call(tvm.ir.Op.get(op_name), [expr])
 

@@ -10,13 +10,13 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
+from .._adapter import check_module, fold_constant_pass
 from .._core.driver import evaluate_until_stable
 from .._core.errors import PlanInvariantError, PreconditionError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
 from .._core.report import FoldResult, StepTimer, fold_result
-from .._adapter import check_module, fold_constant_pass
 from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from . import _compat
@@ -26,7 +26,7 @@ from ._kernels import KernelLibrary, KernelSet, prepare_kernels
 from ._lower import LoweredModule, walk_relax
 from ._rewrite import rewrite_function
 
-__all__ = ["FoldResult", "fold", "plan", "FoldConstant"]
+__all__ = ["FoldConstant", "FoldResult", "fold", "plan"]
 
 #: Who implements the pass, for users who look: its PassInfo carries the stock pass's name.
 IMPLEMENTATION = "fold_guard.relax.FoldConstant"
@@ -56,7 +56,9 @@ class Analysis:
     kernels: KernelSet
 
 
-def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer, *, strict: bool = False) -> Analysis:
+def analyse(
+    mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer, *, strict: bool = False
+) -> Analysis:
     # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
     # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
     _check_module(mod)
@@ -80,7 +82,9 @@ def analyse(mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer, *, str
 
 
 @serialized
-def plan(mod: tvm.IRModule, policy: PolicySpec = "default", *, max_fold_bytes: Optional[int] = None) -> FoldPlan:
+def plan(
+    mod: tvm.IRModule, policy: PolicySpec = "default", *, max_fold_bytes: Optional[int] = None
+) -> FoldPlan:
     """Decide what :func:`FoldConstant` would fold in ``mod``, without compiling or changing anything.
 
     ``max_fold_bytes`` is as in :func:`FoldConstant`.
@@ -153,7 +157,11 @@ def fold(
 
 
 def _fold(
-    mod: tvm.IRModule, policy: PolicySpec, strict: bool, max_fold_bytes: Optional[int], kernel_cache: CacheSetting
+    mod: tvm.IRModule,
+    policy: PolicySpec,
+    strict: bool,
+    max_fold_bytes: Optional[int],
+    kernel_cache: CacheSetting,
 ) -> FoldResult:
     timer = StepTimer()
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
@@ -163,13 +171,17 @@ def _fold(
     timer.lap("plan")
     # Step 5. Compile every kernel the plan needs, once.
     needed = [kernels.kernels[d.node] for d in fold_plan.folded if d.node in kernels.kernels]
-    library = KernelLibrary(needed, resolve_cache(kernel_cache, KernelLibrary.TARGET) if needed else None)
+    library = KernelLibrary(
+        needed, resolve_cache(kernel_cache, KernelLibrary.TARGET) if needed else None
+    )
     library.build()
     timer.lap("compile")
     # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
     values: Dict[int, List[tvm.runtime.Tensor]] = {}
     fold_plan, _ = evaluate_until_stable(
-        fold_plan, resolved, lambda p: evaluate_plan(p, lowered.sites, kernels, library, values, strict=strict)
+        fold_plan,
+        resolved,
+        lambda p: evaluate_plan(p, lowered.sites, kernels, library, values, strict=strict),
     )
     timer.lap("evaluate")
     if strict:
@@ -178,7 +190,9 @@ def _fold(
     new_mod = _rewrite_module(mod, lowered, fold_plan, values)
     timer.lap("rewrite")
     if strict and not relax.analysis.check_well_formed(new_mod):
-        raise PlanInvariantError("fold_guard produced a module that is not well formed; please report it")
+        raise PlanInvariantError(
+            "fold_guard produced a module that is not well formed; please report it"
+        )
     return fold_result(
         new_mod,
         fold_plan,
@@ -191,11 +205,16 @@ def _fold(
     )
 
 
-def _rewrite_module(mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values) -> tvm.IRModule:
+def _rewrite_module(
+    mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values
+) -> tvm.IRModule:
     replacements: Dict[str, Dict[relax.Var, relax.Expr]] = {name: {} for name in lowered.functions}
     for decision in fold_plan.folded:
         site = lowered.sites[decision.node]
-        outputs = [v if isinstance(v, relax.ShapeExpr) else _compat.make_constant(v) for v in values[decision.node]]
+        outputs = [
+            v if isinstance(v, relax.ShapeExpr) else _compat.make_constant(v)
+            for v in values[decision.node]
+        ]
         is_tuple = isinstance(_compat.type_of(site.call), _compat.TupleType)
         replacements[site.function][site.var] = relax.Tuple(outputs) if is_tuple else outputs[0]
     functions = dict(mod.functions)
@@ -229,7 +248,7 @@ def _constant_bytes(mod: tvm.IRModule) -> int:
 STOCK_OPT_LEVEL = 0
 
 
-def FoldConstant(  # noqa: N802 - named after the stock pass it replaces
+def FoldConstant(
     policy: PolicySpec = "default",
     *,
     strict: bool = False,

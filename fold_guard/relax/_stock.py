@@ -33,10 +33,10 @@ from . import _compat
 
 __all__ = [
     "CALL_TIR_OP",
-    "TENSOR_TO_SHAPE_OP",
-    "STOCK_MAX_CREATION_ELEMENTS",
     "RULE_DATAFLOW_ONLY",
     "RULE_LARGE_CREATION",
+    "STOCK_MAX_CREATION_ELEMENTS",
+    "TENSOR_TO_SHAPE_OP",
     "default_decision",
     "is_large_creation",
     "legalized_call_tir",
@@ -54,11 +54,14 @@ STOCK_MAX_CREATION_ELEMENTS = 1024
 
 RULE_DATAFLOW_ONLY = "relax folds operators only inside dataflow blocks (call_tir folds anywhere)"
 RULE_LARGE_CREATION = (
-    f"relax does not fold a creation op whose result has more than {STOCK_MAX_CREATION_ELEMENTS} elements"
+    "relax does not fold a creation op whose result has more than "
+    f"{STOCK_MAX_CREATION_ELEMENTS} elements"
 )
 
 
-def default_decision(*, is_operator: bool, is_call_tir: bool, in_dataflow: bool, call: relax.Call) -> Tuple[bool, str]:
+def default_decision(
+    *, is_operator: bool, is_call_tir: bool, in_dataflow: bool, call: relax.Call
+) -> Tuple[bool, str]:
     """``(default_fold, default_rule)``: whether stock folds the call once its inputs are constant.
 
     ``is_operator`` is true for an operator call fold_guard evaluates (``tensor_to_shape``
@@ -119,8 +122,16 @@ def legalized_call_tir(func: relax.Function) -> Tuple[Optional[relax.Call], str]
     if len(bindings) != 1:
         return None, f"legalizes to {len(bindings)} bindings, not a single TIR call"
     value = bindings[0].value
-    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name == CALL_TIR_OP):
-        kind = value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else type(value).__name__
+    if not (
+        isinstance(value, relax.Call)
+        and isinstance(value.op, tvm.ir.Op)
+        and value.op.name == CALL_TIR_OP
+    ):
+        kind = (
+            value.op.name
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            else type(value).__name__
+        )
         return None, f"legalizes to {kind}, not a TIR call"
     if len(value.args) > 2:
         return None, "legalized call_tir passes symbolic shape values (tir_vars)"

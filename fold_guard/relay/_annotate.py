@@ -19,7 +19,7 @@ from ._ops import fold_allow, fold_barrier
 from ._pass import analyse, module_like
 from ._rewrite import substitute_calls
 
-__all__ = ["annotate", "allow_constant_qnn"]
+__all__ = ["allow_constant_qnn", "annotate"]
 
 
 @serialized
@@ -71,7 +71,9 @@ def annotate(
     wrap: Dict[relay.Call, Callable[[relay.Expr], relay.Expr]] = {}
     for placement in placed:
         call = analysis.lowered.sites[placement.node].call
-        wrap[call] = fold_allow if placement.annotation is Annotation.ALLOW else _guard_first_operand
+        wrap[call] = (
+            fold_allow if placement.annotation is Annotation.ALLOW else _guard_first_operand
+        )
     annotated = module_like(analysis.mod, {
         gvar: substitute_calls(func, wrap) if gvar.name_hint in analysis.lowered.functions else func
         for gvar, func in analysis.mod.functions.items()
@@ -117,7 +119,9 @@ def _guard_first_operand(call: relay.Call) -> relay.Call:
 
 def _bind_params(mod: tvm.IRModule, params: Mapping[str, object]) -> tvm.IRModule:
     if "main" not in [gvar.name_hint for gvar in mod.get_global_vars()]:
-        raise PreconditionError("annotate(mod, params=...) binds params into 'main', but the module has no 'main'")
+        raise PreconditionError(
+            "annotate(mod, params=...) binds params into 'main', but the module has no 'main'"
+        )
     names = {param.name_hint for param in mod["main"].params}
     unknown = sorted(set(params) - names)
     if unknown:
@@ -138,10 +142,16 @@ def _as_array(name: str, value: object, declared: object) -> tvm.nd.NDArray:
     try:
         array = value if isinstance(value, tvm.nd.NDArray) else tvm.nd.array(np.asarray(value))
     except (TypeError, ValueError) as err:
-        raise PreconditionError(f"param {name!r} is a {type(value).__name__}, not an array: {err}") from None
+        raise PreconditionError(
+            f"param {name!r} is a {type(value).__name__}, not an array: {err}"
+        ) from None
     if isinstance(declared, relay.TensorType):
-        shape = tuple(int(dim) if isinstance(dim, tvm.tir.IntImm) else None for dim in declared.shape)
-        fits = len(shape) == len(array.shape) and all(d is None or d == a for d, a in zip(shape, array.shape))
+        shape = tuple(
+            int(dim) if isinstance(dim, tvm.tir.IntImm) else None for dim in declared.shape
+        )
+        fits = len(shape) == len(array.shape) and all(
+            d is None or d == a for d, a in zip(shape, array.shape)
+        )
         if str(declared.dtype) != str(array.dtype) or not fits:
             raise PreconditionError(
                 f"param {name!r} is {array.dtype}{list(array.shape)}, but main declares {name} as "

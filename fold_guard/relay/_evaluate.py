@@ -33,7 +33,6 @@ __all__ = ["Values", "evaluate_plan", "evaluation_target", "materialize"]
 Values = Dict[int, relay.Expr]
 
 
-
 def materialize(source: Source, values: Mapping[int, relay.Expr]) -> relay.Expr:
     """The constant expression ``source`` stands for, once its nodes have values."""
     if isinstance(source, ConstSource):
@@ -45,7 +44,9 @@ def materialize(source: Source, values: Mapping[int, relay.Expr]) -> relay.Expr:
         if source.index is None:
             return value
         if not isinstance(value, relay.Tuple):
-            raise PlanInvariantError(f"node %{source.node} was read as a tuple but folded to a tensor")
+            raise PlanInvariantError(
+                f"node %{source.node} was read as a tuple but folded to a tensor"
+            )
         return value.fields[source.index]
     raise PlanInvariantError(f"a folded call reads {source.label}, which is only known at run time")
 
@@ -56,14 +57,18 @@ def _to_expr(value: object) -> relay.Expr:
     # A tuple result is an ADT up to TVM 0.16 and an Array in later releases: accept any sequence.
     if hasattr(value, "__len__") and hasattr(value, "__getitem__"):
         return relay.Tuple([_to_expr(value[i]) for i in range(len(value))])  # type: ignore[index, arg-type]
-    raise PlanInvariantError(f"the interpreter returned a {type(value).__name__}, not a tensor or tuple")
+    raise PlanInvariantError(
+        f"the interpreter returned a {type(value).__name__}, not a tensor or tuple"
+    )
 
 
 def _run(exprs: Sequence[relay.Expr]) -> List[relay.Expr]:
     # A fresh PassContext, as stock's ConstEvaluate: the caller's opt_level or config must not
     # change how constants are computed.
     with tvm.transform.PassContext():
-        executor = relay.create_executor("debug", mod=tvm.IRModule(), device=tvm.cpu(0), target=evaluation_target())
+        executor = relay.create_executor(
+            "debug", mod=tvm.IRModule(), device=tvm.cpu(0), target=evaluation_target()
+        )
         result = executor.evaluate(relay.Tuple(list(exprs)))
     return [_to_expr(field) for field in result]
 
@@ -88,7 +93,11 @@ def _levels(plan: FoldPlan, values: Mapping[int, relay.Expr]) -> List[List[int]]
     level: Dict[int, int] = {}
     for decision in plan.folded:
         node = graph.nodes[decision.node]
-        below = [level[inp.source] for inp in node.inputs if inp.kind is InputKind.NODE and inp.source in level]
+        below = [
+            level[inp.source]
+            for inp in node.inputs
+            if inp.kind is InputKind.NODE and inp.source in level
+        ]
         level[node.id] = 1 + max(below, default=0)
     grouped: Dict[int, List[int]] = {}
     for node_id, depth in level.items():
@@ -107,6 +116,7 @@ MAX_SIGNATURES_PER_RUN = 16
 
 def _signature(expr: relay.Expr) -> Tuple[object, ...]:
     """What decides which kernels a call compiles to: op, attributes, argument dtypes and shapes."""
+
     def describe(arg: relay.Expr) -> object:
         if isinstance(arg, relay.Constant):
             # Scalars are inlined into the kernel as immediates, so their value is part of it.
@@ -160,7 +170,9 @@ def evaluate_plan(
         exprs = [_expression(sites[node_id], values) for node_id in pending]
         for chunk in _chunks(exprs):
             chunk_ids = [pending[position] for position in chunk]
-            runs += _run_chunk(chunk_ids, [exprs[position] for position in chunk], graph, values, failures, strict)
+            runs += _run_chunk(
+                chunk_ids, [exprs[position] for position in chunk], graph, values, failures, strict
+            )
     return failures, runs
 
 
@@ -183,7 +195,7 @@ def _run_chunk(
             runs += 1
             try:
                 results.append(_run([expr])[0])
-            except Exception as err:  # noqa: BLE001 - becomes Reason.EVAL_FAILED; strict re-raises, chained
+            except Exception as err:
                 failures[node_id] = f"{type(err).__name__}: {_last_line(err)}"
                 results.append(None)
                 if strict:

@@ -28,7 +28,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import tvm
 from tvm import relay
@@ -37,7 +48,14 @@ from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
 from .._core.reasons import Reason
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
-from ._stock import ON_DEVICE_OP, is_optimizable, is_primitive, is_true, static_shape_value, stock_rules
+from ._stock import (
+    ON_DEVICE_OP,
+    is_optimizable,
+    is_primitive,
+    is_true,
+    static_shape_value,
+    stock_rules,
+)
 
 __all__ = [
     "CallSite",
@@ -88,7 +106,7 @@ class RuntimeSource:
 class TupleSource:
     """A literal ``relay.Tuple``, field by field."""
 
-    fields: Tuple["Source", ...]
+    fields: Tuple[Source, ...]
 
 
 Source = Union[ConstSource, NodeSource, RuntimeSource, TupleSource]
@@ -153,7 +171,9 @@ def children(expr: relay.Expr) -> Sequence[relay.Expr]:
     )
 
 
-def postorder(root: relay.Expr, kids: Callable[[relay.Expr], Sequence[relay.Expr]] = children) -> Iterator[relay.Expr]:
+def postorder(
+    root: relay.Expr, kids: Callable[[relay.Expr], Sequence[relay.Expr]] = children
+) -> Iterator[relay.Expr]:
     """Every sub-expression of ``root`` once, operands before their users, without recursion."""
     seen = set()
     stack: List[Tuple[relay.Expr, bool]] = [(root, False)]
@@ -177,7 +197,11 @@ def on_device_body(expr: relay.Expr) -> Optional[relay.Expr]:
     Stock folding looks through exactly one such annotation (``AsIgnoringOnDevice``):
     ``on_device(on_device(<const>))`` is not a constant to it, and so not to us.
     """
-    if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == ON_DEVICE_OP:
+    if (
+        isinstance(expr, relay.Call)
+        and isinstance(expr.op, tvm.ir.Op)
+        and expr.op.name == ON_DEVICE_OP
+    ):
         return expr.args[0] if len(expr.args) == 1 else None
     return None
 
@@ -243,10 +267,14 @@ def function_names(functions: Optional[Iterable[str]]) -> Optional[Tuple[str, ..
     return names
 
 
-def foldable_functions(mod: tvm.IRModule, names: Optional[Iterable[str]]) -> List[Tuple[str, relay.Function]]:
+def foldable_functions(
+    mod: tvm.IRModule, names: Optional[Iterable[str]]
+) -> List[Tuple[str, relay.Function]]:
     """The global functions to fold: the named ones, or every one stock ``FoldConstant`` visits."""
     names = function_names(names)
-    relay_functions = {gv.name_hint: func for gv, func in mod.functions.items() if isinstance(func, relay.Function)}
+    relay_functions = {
+        gv.name_hint: func for gv, func in mod.functions.items() if isinstance(func, relay.Function)
+    }
     if names is None:
         return sorted((name, f) for name, f in relay_functions.items() if is_optimizable(f))
     chosen = []
@@ -310,7 +338,9 @@ class _Lowerer:
             # Stock inlines a let-bound value only once it is a single constant: a let-bound tuple
             # stays a variable, and so does anything read through it.
             value = self.sources[bound]
-            if isinstance(value, ConstSource) or (isinstance(value, NodeSource) and self._is_tensor(value)):
+            if isinstance(value, ConstSource) or (
+                isinstance(value, NodeSource) and self._is_tensor(value)
+            ):
                 return value
             return RuntimeSource(expr.name_hint)
         if isinstance(expr, relay.Tuple):
@@ -327,7 +357,11 @@ class _Lowerer:
         if isinstance(expr, relay.If):
             cond = self.sources[expr.cond]
             if isinstance(cond, ConstSource) or expr in self.known_conditions:
-                truth = is_true(cond.constant) if isinstance(cond, ConstSource) else self.known_conditions[expr]
+                truth = (
+                    is_true(cond.constant)
+                    if isinstance(cond, ConstSource)
+                    else self.known_conditions[expr]
+                )
                 return self.sources[expr.true_branch if truth else expr.false_branch]
             if isinstance(cond, NodeSource):
                 self.conditions[expr] = cond
@@ -360,7 +394,9 @@ class _Lowerer:
         detail = ""
         default_fold = True
         default_rule = ""
-        annotation = {FOLD_BARRIER_OP: Annotation.BARRIER, FOLD_ALLOW_OP: Annotation.ALLOW}.get(op.name, Annotation.NONE)
+        annotation = {FOLD_BARRIER_OP: Annotation.BARRIER, FOLD_ALLOW_OP: Annotation.ALLOW}.get(
+            op.name, Annotation.NONE
+        )
 
         type_source: Optional[int] = None
         shape_value = self._static_shape_value(call)
@@ -372,7 +408,9 @@ class _Lowerer:
         else:
             for index, arg in enumerate(args):
                 inputs.extend(self._inputs_of(arg, _arg_label(call, index)))
-            if annotation is not Annotation.NONE and not isinstance(_checked_type(call.args[0]), relay.TensorType):
+            if annotation is not Annotation.NONE and not isinstance(
+                _checked_type(call.args[0]), relay.TensorType
+            ):
                 # A barrier over a tuple passes type inference (its relation is Identity) but does
                 # not build, and the stock pass crashes on an allow over one.
                 raise UnsupportedIRError(
@@ -420,13 +458,21 @@ class _Lowerer:
 
     def _inputs_of(self, source: Source, label: str) -> List[NodeInput]:
         if isinstance(source, TupleSource):
-            return [inp for i, field in enumerate(source.fields) for inp in self._inputs_of(field, f"{label}.{i}")]
+            return [
+                inp
+                for i, field in enumerate(source.fields)
+                for inp in self._inputs_of(field, f"{label}.{i}")
+            ]
         if isinstance(source, ConstSource):
             return [NodeInput(InputKind.CONSTANT, label, _constant_info(source.constant))]
         if isinstance(source, NodeSource):
             outputs = self.nodes[source.node].outputs
             index = 0 if source.index is None else source.index
-            info = outputs[index] if index < len(outputs) and (source.index is not None or len(outputs) == 1) else None
+            info = (
+                outputs[index]
+                if index < len(outputs) and (source.index is not None or len(outputs) == 1)
+                else None
+            )
             return [NodeInput(InputKind.NODE, self.nodes[source.node].label, info, source.node)]
         return [NodeInput(InputKind.RUNTIME, source.label)]
 

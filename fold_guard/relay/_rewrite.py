@@ -64,8 +64,14 @@ def _rebuild(
         if node is not None and plan.folds(node):
             is_allow = isinstance(expr.op, tvm.ir.Op) and expr.op.name == FOLD_ALLOW_OP
             operand = new[expr.args[0]] if is_allow else None
-            if operand is not None and on_device_body(operand) is not None and _is_simple_constant(operand):
-                return operand  # fold_allow(on_device(<const>)): the allow goes, the device hint stays
+            if (
+                operand is not None
+                and on_device_body(operand) is not None
+                and _is_simple_constant(operand)
+            ):
+                return (
+                    operand  # fold_allow(on_device(<const>)): the allow goes, the device hint stays
+                )
             return values[node]
     elif isinstance(expr, relay.TupleGetItem):
         tup = new[expr.tuple_value]
@@ -115,8 +121,14 @@ def _maybe_on_device(body: relay.Expr, annotation: relay.Call) -> relay.Expr:
     functions, ops); two nested annotations merge into one.
     """
     attrs = annotation.attrs
-    device, constrain_result, constrain_body = attrs.virtual_device, bool(attrs.constrain_result), bool(attrs.constrain_body)
-    if _is_fully_unconstrained(device) or isinstance(body, (tvm.ir.Op, relay.GlobalVar, relay.Var, relay.Function)):
+    device, constrain_result, constrain_body = (
+        attrs.virtual_device,
+        bool(attrs.constrain_result),
+        bool(attrs.constrain_body),
+    )
+    if _is_fully_unconstrained(device) or isinstance(
+        body, (tvm.ir.Op, relay.GlobalVar, relay.Var, relay.Function)
+    ):
         return body
     inner_body = on_device_body(body)
     if inner_body is not None:
@@ -127,7 +139,9 @@ def _maybe_on_device(body: relay.Expr, annotation: relay.Call) -> relay.Expr:
     return relay.op.annotation.on_device(body, device, constrain_result, constrain_body)
 
 
-def substitute_calls(func: relay.Function, wrap: Mapping[relay.Call, Callable[[relay.Expr], relay.Expr]]) -> relay.Function:
+def substitute_calls(
+    func: relay.Function, wrap: Mapping[relay.Call, Callable[[relay.Expr], relay.Expr]]
+) -> relay.Function:
     """``func`` with each call in ``wrap`` replaced by ``wrap[call](call)`` (operands rebuilt first).
 
     Nothing else changes: no folding and none of stock's let / tuple / if simplifications.
@@ -135,7 +149,9 @@ def substitute_calls(func: relay.Function, wrap: Mapping[relay.Call, Callable[[r
     new: Dict[relay.Expr, relay.Expr] = {}
     for expr in postorder(func.body):
         rebuilt = _rebuild_plain(expr, new)
-        new[expr] = wrap[expr](rebuilt) if isinstance(expr, relay.Call) and expr in wrap else rebuilt
+        new[expr] = (
+            wrap[expr](rebuilt) if isinstance(expr, relay.Call) and expr in wrap else rebuilt
+        )
     return _with_body(func, new[func.body])
 
 
@@ -161,16 +177,26 @@ def _rebuild_plain(expr: relay.Expr, new: Mapping[relay.Expr, relay.Expr]) -> re
 
 
 def _new_function(func: relay.Function, body: relay.Expr) -> relay.Function:
-    return relay.Function(list(func.params), body, func.ret_type, func.type_params, func.attrs, func.span)
+    return relay.Function(
+        list(func.params), body, func.ret_type, func.type_params, func.attrs, func.span
+    )
 
 
 def _with_body(func: relay.Function, body: relay.Expr) -> relay.Function:
     return func if body.same_as(func.body) else _new_function(func, body)
 
 
-def remap_global_vars(func: relay.Function, mapping: Mapping[relay.GlobalVar, relay.GlobalVar]) -> relay.Function:
+def remap_global_vars(
+    func: relay.Function, mapping: Mapping[relay.GlobalVar, relay.GlobalVar]
+) -> relay.Function:
     """A new ``func`` (always a new object) whose references to global functions go through ``mapping``."""
     new: Dict[relay.Expr, relay.Expr] = {}
     for expr in postorder(func.body):
-        new[expr] = mapping.get(expr, expr) if isinstance(expr, relay.GlobalVar) else _rebuild_plain(expr, new)
-    return _new_function(func, new[func.body])  # always a new object: no GlobalVar may reach ``func``
+        new[expr] = (
+            mapping.get(expr, expr)
+            if isinstance(expr, relay.GlobalVar)
+            else _rebuild_plain(expr, new)
+        )
+    return _new_function(
+        func, new[func.body]
+    )  # always a new object: no GlobalVar may reach ``func``

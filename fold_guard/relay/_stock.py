@@ -22,7 +22,7 @@ the new ``fold_constant.cc``:
 from __future__ import annotations
 
 import platform
-from functools import lru_cache
+from functools import cache
 from typing import Callable, Optional, Sequence, Tuple
 
 import tvm
@@ -37,10 +37,10 @@ __all__ = [
     "ON_DEVICE_OP",
     "QNN_DEFAULT_RULE",
     "SHAPE_OPS",
+    "evaluation_target",
     "is_optimizable",
     "is_primitive",
     "is_true",
-    "evaluation_target",
     "static_shape_value",
     "stock_rules",
 ]
@@ -61,7 +61,9 @@ NO_ARGS_RULE = "relay: calls without arguments are kept (folding ones(shape) onl
 OpAttr = Callable[[tvm.ir.Op, str], object]
 
 
-def stock_rules(op: tvm.ir.Op, call: relay.Call, op_attr: OpAttr) -> Tuple[Optional[Reason], str, bool, str]:
+def stock_rules(
+    op: tvm.ir.Op, call: relay.Call, op_attr: OpAttr
+) -> Tuple[Optional[Reason], str, bool, str]:
     """``(unfoldable reason, detail, default_fold, default_rule)`` as stock decides for a call of ``op``.
 
     For a call that is not an annotation and whose value does not come from a static type.
@@ -73,15 +75,27 @@ def stock_rules(op: tvm.ir.Op, call: relay.Call, op_attr: OpAttr) -> Tuple[Optio
     if op.name in SHAPE_OPS + (NDARRAY_SIZE_OP,):
         return Reason.DYNAMIC_SHAPE, f"{op.name} of an operand whose shape is not static", True, ""
     if op.name == DEVICE_COPY_OP:
-        return Reason.UNSUPPORTED, "device_copy moves data between devices; stock never folds it", True, ""
+        return (
+            Reason.UNSUPPORTED,
+            "device_copy moves data between devices; stock never folds it",
+            True,
+            "",
+        )
     if op_attr(op, "TNonComputational"):
         if op_attr(op, "FTVMQnnCanonicalize") is not None:
             return None, "", False, QNN_DEFAULT_RULE
-        return Reason.UNSUPPORTED, f"{op.name} is non-computational: there is nothing to evaluate", True, ""
+        return (
+            Reason.UNSUPPORTED,
+            f"{op.name} is non-computational: there is nothing to evaluate",
+            True,
+            "",
+        )
     return None, "", True, ""
 
 
-def static_shape_value(op_name: str, operand_shape: Optional[Sequence[int]]) -> Optional[Tuple[int, ...]]:
+def static_shape_value(
+    op_name: str, operand_shape: Optional[Sequence[int]]
+) -> Optional[Tuple[int, ...]]:
     """The int32 data a shape op folds to from its operand's static shape, or None if it does not fold.
 
     ``operand_shape`` is the operand's static shape (None when a dim is not static).
@@ -127,7 +141,7 @@ def is_true(constant: relay.Constant) -> bool:
     return bool(data.reshape(-1).view("uint8")[0]) if data.size else False
 
 
-@lru_cache(maxsize=None)
+@cache
 def evaluation_target() -> str:
     """The CPU target stock FoldConstant evaluates on, so folded constants are bit-identical.
 

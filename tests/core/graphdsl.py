@@ -31,7 +31,7 @@ from fold_guard._core import (
     TensorInfo,
 )
 
-__all__ = ["G", "Ref", "summary", "decision", "apply_plan", "evaluate", "NUMPY_OPS"]
+__all__ = ["NUMPY_OPS", "G", "Ref", "apply_plan", "decision", "evaluate", "summary"]
 
 BARRIER_OP = "fold_guard.fold_barrier"
 ALLOW_OP = "fold_guard.fold_allow"
@@ -58,10 +58,14 @@ class G:
         self.nodes: List[FoldNode] = []
 
     # Leaves ---------------------------------------------------------------------------------
-    def const(self, label: str, dtype: str = "float32", shape: Sequence[Optional[int]] = (4,)) -> Ref:
+    def const(
+        self, label: str, dtype: str = "float32", shape: Sequence[Optional[int]] = (4,)
+    ) -> Ref:
         return Ref(InputKind.CONSTANT, label, TensorInfo.of(dtype, shape))
 
-    def runtime(self, label: str, dtype: str = "float32", shape: Sequence[Optional[int]] = (4,)) -> Ref:
+    def runtime(
+        self, label: str, dtype: str = "float32", shape: Sequence[Optional[int]] = (4,)
+    ) -> Ref:
         return Ref(InputKind.RUNTIME, label, TensorInfo.of(dtype, shape))
 
     # Calls ----------------------------------------------------------------------------------
@@ -110,10 +114,14 @@ class G:
         return Ref(InputKind.NODE, label, outputs[0], node_id)
 
     def barrier(self, x: Ref, *, label: Optional[str] = None) -> Ref:
-        return self.call(BARRIER_OP, x, label=label or f"barrier{len(self.nodes)}", annotation=Annotation.BARRIER)
+        return self.call(
+            BARRIER_OP, x, label=label or f"barrier{len(self.nodes)}", annotation=Annotation.BARRIER
+        )
 
     def allow(self, x: Ref, *, label: Optional[str] = None) -> Ref:
-        return self.call(ALLOW_OP, x, label=label or f"allow{len(self.nodes)}", annotation=Annotation.ALLOW)
+        return self.call(
+            ALLOW_OP, x, label=label or f"allow{len(self.nodes)}", annotation=Annotation.ALLOW
+        )
 
     def build(self) -> FoldGraph:
         return FoldGraph(tuple(self.nodes))
@@ -201,8 +209,10 @@ def evaluate(graph: FoldGraph, env: Mapping[str, np.ndarray]) -> Dict[str, np.nd
     values: Dict[int, np.ndarray] = {}
     out: Dict[str, np.ndarray] = {}
     for node in graph.nodes:
-        args = [values[inp.node] if inp.kind is InputKind.NODE else env[inp.label] for inp in node.inputs]
+        args = [
+            values[inp.node] if inp.kind is InputKind.NODE else env[inp.label]
+            for inp in node.inputs
+        ]
         values[node.id] = NUMPY_OPS[node.op](*args)
         out[node.label] = values[node.id]
     return out
-

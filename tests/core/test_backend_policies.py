@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 import pytest
+from graphdsl import G, Ref, summary
 from hypothesis import HealthCheck, given, settings
+from test_properties import cases
 
 import fold_guard
 import fold_guard.policies
@@ -23,9 +25,6 @@ from fold_guard._core.graph import FoldNode, NodeInput
 from fold_guard._core.policy import QDQ_ACCELERATOR_POLICY, WEIGHTS_ONLY_POLICY
 from fold_guard._core.uses import GraphUses
 
-from graphdsl import G, Ref, summary
-from test_properties import cases
-
 I8, F32 = ("int8", (8, 4)), ("float32", (8, 4))
 
 
@@ -35,7 +34,9 @@ def qdq_weight(g: G, kind: str = "relax") -> Tuple[Ref, Ref]:
     scale = g.const("scale", "float32", ())
     w_q = g.call(f"{kind}.quantize", w, scale, label="w_q", dtype="int8",
                  default_fold=kind == "relax")  # fmt: skip
-    w_dq = g.call(f"{kind}.dequantize", w_q, scale, label="w", dtype="float32", default_fold=kind == "relax")
+    w_dq = g.call(
+        f"{kind}.dequantize", w_q, scale, label="w", dtype="float32", default_fold=kind == "relax"
+    )
     return w_q, w_dq
 
 
@@ -61,7 +62,12 @@ def test_qdq_accelerator_keeps_quantized_ops_even_composed_before_fold_qnn():
     composed = plan_folds(graph, compose(QDQ_ACCELERATOR_POLICY, FOLD_QNN_POLICY))
     assert summary(composed)["b_rq"] == "KEPT_BY_POLICY keep-quantized-ops"
     # keep-qdq-weights has no opinion on requantize, so fold-qnn lowers it
-    assert summary(plan_folds(graph, compose(fold_guard.get_policy("keep-qdq-weights"), FOLD_QNN_POLICY)))["b_rq"] == "FOLDED fold-qnn-ops"
+    assert (
+        summary(
+            plan_folds(graph, compose(fold_guard.get_policy("keep-qdq-weights"), FOLD_QNN_POLICY))
+        )["b_rq"]
+        == "FOLDED fold-qnn-ops"
+    )
 
 
 def test_qdq_accelerator_folds_relay_qnn_quantize_of_weights():
@@ -82,7 +88,9 @@ def weights_only(graph: FoldGraph) -> Dict[str, str]:
 def test_weights_only_folds_a_weight_chain_and_keeps_other_constants():
     g = G()
     x = g.runtime("x", *F32)
-    w = g.call("relax.reshape", g.call("relax.exp", g.const("W", *F32), label="w_exp"), label="w_reshape")
+    w = g.call(
+        "relax.reshape", g.call("relax.exp", g.const("W", *F32), label="w_exp"), label="w_reshape"
+    )
     y = g.call("relax.nn.conv2d", x, w, label="conv")
     shift = g.call("relax.exp", g.const("S", *F32), label="shift")
     g.call("relax.add", y, shift, label="y_plus_shift")  # bias of a conv: folds
@@ -105,7 +113,9 @@ def test_weights_only_bias_needs_a_weight_op_on_the_other_side():
     c = g.call("relax.exp", g.const("C", *F32), label="c")
     g.call("relax.add", x, c, label="residual")  # x is an input, not a conv output
     d = g.call("relax.exp", g.const("D", *F32), label="d")
-    g.call("nn.bias_add", g.call("nn.dense", x, g.const("W", *F32), label="dense"), d, label="biased")
+    g.call(
+        "nn.bias_add", g.call("nn.dense", x, g.const("W", *F32), label="dense"), d, label="biased"
+    )
     plan = weights_only(g.build())
     assert plan["c"] == "KEPT_BY_POLICY keep-non-weight-constants"
     assert plan["d"] == "FOLDED default"
@@ -129,7 +139,11 @@ def test_weights_only_looks_through_annotations_and_qdq():
     barrier = g.barrier(w, label="b")
     g.call("relax.nn.conv2d", g.runtime("x", *F32), barrier, label="conv")
     uses = GraphUses(g.build())
-    assert uses.feeds_only_weights(w_q.node) and uses.feeds_only_weights(w.node) and uses.feeds_only_weights(barrier.node)
+    assert (
+        uses.feeds_only_weights(w_q.node)
+        and uses.feeds_only_weights(w.node)
+        and uses.feeds_only_weights(barrier.node)
+    )
     plan = plan_folds(g.build(), compose(QDQ_ACCELERATOR_POLICY, WEIGHTS_ONLY_POLICY))
     assert summary(plan)["w_q"] == "FOLDED fold-quantize-of-constant"
 
@@ -145,7 +159,10 @@ def test_weights_only_node_reading_a_runtime_value_is_never_a_weight_feeder():
 def test_builtin_policies_are_public_and_listed_with_their_rules():
     names = [policy.name for policy in fold_guard.policies.list_policies()]
     assert {"qdq-accelerator", "weights-only", "size-guard"} <= set(names)
-    assert fold_guard.policies.get_policy("qdq-accelerator") is fold_guard.policies.QDQ_ACCELERATOR_POLICY
+    assert (
+        fold_guard.policies.get_policy("qdq-accelerator")
+        is fold_guard.policies.QDQ_ACCELERATOR_POLICY
+    )
     text = fold_guard.policies.describe_policies()
     for policy in fold_guard.policies.list_policies():
         for rule in policy.rules:
@@ -160,7 +177,9 @@ def test_placements_relax_qdq_weight_gets_a_barrier_on_the_dequantize_operand():
     _, w = qdq_weight(g)
     g.call("relax.matmul", g.runtime("x", *F32), w, label="y")
     graph = g.build()
-    placed = placements(plan_folds(graph, QDQ_ACCELERATOR_POLICY), plan_folds(graph, DEFAULT_POLICY))
+    placed = placements(
+        plan_folds(graph, QDQ_ACCELERATOR_POLICY), plan_folds(graph, DEFAULT_POLICY)
+    )
     assert [str(p) for p in placed] == [
         "main: fold_barrier on w_q: int8[8, 4] (input 0 of w = relax.dequantize) [keep-dequantize-of-integer-constant]"
     ]
@@ -171,14 +190,23 @@ def test_placements_relay_qnn_quantize_gets_an_allow_and_no_barrier():
     _, w = qdq_weight(g, "qnn")
     g.call("nn.dense", g.runtime("x", *F32), w, label="y")
     graph = g.build()
-    placed = placements(plan_folds(graph, QDQ_ACCELERATOR_POLICY), plan_folds(graph, DEFAULT_POLICY))
-    assert [str(p) for p in placed] == ["main: fold_allow around w_q = qnn.quantize [fold-quantize-of-constant]"]
+    placed = placements(
+        plan_folds(graph, QDQ_ACCELERATOR_POLICY), plan_folds(graph, DEFAULT_POLICY)
+    )
+    assert [str(p) for p in placed] == [
+        "main: fold_allow around w_q = qnn.quantize [fold-quantize-of-constant]"
+    ]
     annotated = Annotated(None, placed, "qdq-accelerator")
     assert annotated.allows == placed and annotated.barriers == ()
-    assert annotated.explain().splitlines()[0] == "annotated for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier"
+    assert (
+        annotated.explain().splitlines()[0]
+        == "annotated for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier"
+    )
 
 
-def apply_placements(graph: FoldGraph, placed: Tuple[Placement, ...]) -> Tuple[FoldGraph, Dict[int, int]]:
+def apply_placements(
+    graph: FoldGraph, placed: Tuple[Placement, ...]
+) -> Tuple[FoldGraph, Dict[int, int]]:
     """``graph`` with the placed annotations inserted; returns it and the map old id -> new id."""
     barrier_on = {p.node: p.operand for p in placed if p.annotation is Annotation.BARRIER}
     allow_on = {p.node for p in placed if p.annotation is Annotation.ALLOW}
@@ -194,7 +222,9 @@ def apply_placements(graph: FoldGraph, placed: Tuple[Placement, ...]) -> Tuple[F
 
     for node in graph.nodes:
         inputs = [
-            NodeInput(InputKind.NODE, inp.label, inp.tensor, output_of[inp.source]) if inp.kind is InputKind.NODE else inp
+            NodeInput(InputKind.NODE, inp.label, inp.tensor, output_of[inp.source])
+            if inp.kind is InputKind.NODE
+            else inp
             for inp in node.inputs
         ]
         if node.id in barrier_on:
@@ -225,7 +255,10 @@ def test_placed_annotations_make_the_default_decide_as_the_policy(case):
     default_plan = plan_folds(annotated, DEFAULT_POLICY)
     for node in case.graph.nodes:
         assert default_plan.folds(new_id[node.id]) == policy_plan.folds(node.id), (
-            node.label, [str(p) for p in placed], policy_plan.explain(), default_plan.explain()
+            node.label,
+            [str(p) for p in placed],
+            policy_plan.explain(),
+            default_plan.explain(),
         )
 
 
@@ -250,6 +283,9 @@ def test_a_call_kept_below_an_allow_root_gets_a_barrier_although_the_default_pla
         fold_guard.Rule("keep-negative", fold_guard.Action.KEEP, "", lambda c: c.op == "relax.negative"),
     ))  # fmt: skip
     placed = placements(plan_folds(graph, policy), plan_folds(graph, DEFAULT_POLICY))
-    assert [(p.annotation, p.label) for p in placed] == [(Annotation.ALLOW, "x"), (Annotation.BARRIER, "y")]
+    assert [(p.annotation, p.label) for p in placed] == [
+        (Annotation.ALLOW, "x"),
+        (Annotation.BARRIER, "y"),
+    ]
     annotated, new_id = apply_placements(graph, placed)
     assert not plan_folds(annotated, DEFAULT_POLICY).folds(new_id[1])

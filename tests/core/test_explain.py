@@ -3,6 +3,7 @@
 import logging
 
 import pytest
+from graphdsl import G
 
 from fold_guard._core import (
     DEFAULT_POLICY,
@@ -14,8 +15,6 @@ from fold_guard._core import (
     Reason,
     plan_folds,
 )
-
-from graphdsl import G
 
 
 def mixed_plan():
@@ -52,7 +51,11 @@ def test_plan_explain_brief():
 
 def test_count_by_reason_in_enum_order_without_zeros():
     counts = mixed_plan().count_by_reason()
-    assert list(counts.items()) == [(Reason.FOLDED, 1), (Reason.KEPT_BY_BARRIER, 2), (Reason.NOT_CONSTANT, 1)]
+    assert list(counts.items()) == [
+        (Reason.FOLDED, 1),
+        (Reason.KEPT_BY_BARRIER, 2),
+        (Reason.NOT_CONSTANT, 1),
+    ]
 
 
 def test_folded_and_kept_partition_the_decisions():
@@ -81,7 +84,10 @@ def test_explain_every_reason_once():
     )
     assert len(lines) == 1 + len(plan.decisions)
     assert all(line.startswith("  f: ") for line in lines[1:])
-    assert "  f: dq = relax.dequantize: kept by policy [keep-dequantize-of-integer-constant]: " in lines[3]
+    assert (
+        "  f: dq = relax.dequantize: kept by policy [keep-dequantize-of-integer-constant]: "
+        in lines[3]
+    )
     assert lines[5] == "  f: u0 = my.op: dynamic shape: why 0"
     assert lines[8] == "  f: bad = relax.exp: evaluation failed: ValueError: nope"
 
@@ -95,9 +101,18 @@ def test_explain_empty_plan():
     "decision,text",
     [
         (FoldDecision(0, "v", "relax.exp", Action.FOLD, Reason.FOLDED), "v = relax.exp: folded"),
-        (FoldDecision(0, "v", "relax.exp", Action.FOLD, Reason.FOLDED, "r"), "v = relax.exp: folded [r]"),
-        (FoldDecision(0, "v", "relax.exp", Action.KEEP, Reason.IMPURE, "", "d"), "v = relax.exp: impure: d"),
-        (FoldDecision(0, "v", "op", Action.KEEP, Reason.KEPT_BY_POLICY, "r", "d"), "v = op: kept by policy [r]: d"),
+        (
+            FoldDecision(0, "v", "relax.exp", Action.FOLD, Reason.FOLDED, "r"),
+            "v = relax.exp: folded [r]",
+        ),
+        (
+            FoldDecision(0, "v", "relax.exp", Action.KEEP, Reason.IMPURE, "", "d"),
+            "v = relax.exp: impure: d",
+        ),
+        (
+            FoldDecision(0, "v", "op", Action.KEEP, Reason.KEPT_BY_POLICY, "r", "d"),
+            "v = op: kept by policy [r]: d",
+        ),
     ],
 )
 def test_decision_str(decision, text):
@@ -115,12 +130,12 @@ def test_report_explain():
     assert report.total_seconds == pytest.approx(0.5143)
     lines = report.explain().splitlines()
     assert lines[: len(EXPECTED_LINES)] == EXPECTED_LINES
-    assert lines[len(EXPECTED_LINES):] == [
+    assert lines[len(EXPECTED_LINES) :] == [
         "constants: 1024 bytes before, 16 bytes after",
         "kernels compiled: 3; time: 514 ms (lower 12 ms, plan 2 ms, compile 500 ms)",
     ]
     brief = report.explain(verbose=False).splitlines()
-    assert brief == [EXPECTED_LINES[0]] + lines[len(EXPECTED_LINES):]
+    assert brief == [EXPECTED_LINES[0]] + lines[len(EXPECTED_LINES) :]
 
 
 def test_report_defaults():

@@ -1,6 +1,6 @@
 """The core and the top-level package import without TVM (STYLE item 1).
 
-    sys.modules["tvm"] = None  ==>  import fold_guard._core; import fold_guard   (no ImportError)
+sys.modules["tvm"] = None  ==>  import fold_guard._core; import fold_guard   (no ImportError)
 """
 
 import subprocess
@@ -44,5 +44,7 @@ def test_imports_with_tvm_blocked(module):
 def test_blocking_really_blocks():
     """Guard against a vacuous test: with the block in place, ``import tvm`` itself fails."""
     script = 'import sys; sys.modules["tvm"] = None\ntry:\n    import tvm\nexcept ImportError:\n    print("blocked")'
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert result.stdout.strip() == "blocked", result.stderr

@@ -5,6 +5,7 @@ constant" and ``=`` for "stays a call".
 """
 
 import pytest
+from graphdsl import G, decision, summary
 
 from fold_guard._core import (
     ALLOW_RULE,
@@ -28,8 +29,6 @@ from fold_guard._core import (
     compose,
     plan_folds,
 )
-
-from graphdsl import G, decision, summary
 
 KEEP_DQ_RULE = "keep-dequantize-of-integer-constant"
 FOLD_Q_RULE = "fold-quantize-of-constant"
@@ -120,7 +119,11 @@ def test_not_constant_node_input_is_preferred_over_policy_keep():
     k = g.call("relax.dequantize", ci8, label="k", dtype="float32")
     g.call("relax.add", k, y, label="z")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
-    assert summary(plan) == {"y": "NOT_CONSTANT", "k": f"KEPT_BY_POLICY {KEEP_DQ_RULE}", "z": "NOT_CONSTANT"}
+    assert summary(plan) == {
+        "y": "NOT_CONSTANT",
+        "k": f"KEPT_BY_POLICY {KEEP_DQ_RULE}",
+        "z": "NOT_CONSTANT",
+    }
     assert decision(plan, "z").detail == "input y is not constant"
 
 
@@ -159,7 +162,10 @@ def test_barrier_on_a_literal_constant():
     b = g.barrier(g.const("c"), label="b")
     g.call("relax.negative", b, label="y")
     plan = plan_folds(g.build(), DEFAULT_POLICY)
-    assert summary(plan) == {"b": f"KEPT_BY_BARRIER {BARRIER_RULE}", "y": f"KEPT_BY_BARRIER {BARRIER_RULE}"}
+    assert summary(plan) == {
+        "b": f"KEPT_BY_BARRIER {BARRIER_RULE}",
+        "y": f"KEPT_BY_BARRIER {BARRIER_RULE}",
+    }
     assert decision(plan, "b").detail.startswith("operand is constant")
 
 
@@ -209,8 +215,14 @@ def test_allow_forces_fold_of_default_keep():
     d = qnn.dequantize(c_i8); a = allow(d)   ==>   d, a = C
     """
     g = G()
-    d = g.call("qnn.dequantize", g.const("ci8", "int8"), label="d", dtype="float32",
-               default_fold=False, default_rule="relay: QNN ops are not folded")
+    d = g.call(
+        "qnn.dequantize",
+        g.const("ci8", "int8"),
+        label="d",
+        dtype="float32",
+        default_fold=False,
+        default_rule="relay: QNN ops are not folded",
+    )
     g.allow(d, label="a")
     plan = plan_folds(g.build(), DEFAULT_POLICY)
     assert summary(plan) == {"d": f"FOLDED {ALLOW_RULE}", "a": f"FOLDED {ALLOW_RULE}"}
@@ -224,11 +236,20 @@ def test_without_allow_default_keep_stays():
     d = qnn.dequantize(c_i8); n = neg(d)   ==>   unchanged
     """
     g = G()
-    d = g.call("qnn.dequantize", g.const("ci8", "int8"), label="d", dtype="float32",
-               default_fold=False, default_rule="relay: QNN ops are not folded")
+    d = g.call(
+        "qnn.dequantize",
+        g.const("ci8", "int8"),
+        label="d",
+        dtype="float32",
+        default_fold=False,
+        default_rule="relay: QNN ops are not folded",
+    )
     g.call("relax.negative", d, label="n")
     plan = plan_folds(g.build(), DEFAULT_POLICY)
-    assert summary(plan) == {"d": f"KEPT_BY_POLICY {DEFAULT_RULE}", "n": f"KEPT_WITH_INPUT {DEFAULT_RULE}"}
+    assert summary(plan) == {
+        "d": f"KEPT_BY_POLICY {DEFAULT_RULE}",
+        "n": f"KEPT_WITH_INPUT {DEFAULT_RULE}",
+    }
     assert decision(plan, "d").detail == "relay: QNN ops are not folded"
     assert decision(plan, "n").detail == "input d was kept (d = qnn.dequantize)"
     assert (decision(plan, "d").root, decision(plan, "n").root) == (None, decision(plan, "d").node)
@@ -241,7 +262,13 @@ def test_allow_overrides_policy_keep_through_the_whole_cone(default_fold):
     d = dequantize(c_i8); n = neg(c1); s = add(d, n); a = allow(s)   ==>   d, n, s, a = C
     """
     g = G()
-    d = g.call("relax.dequantize", g.const("ci8", "int8"), label="d", dtype="float32", default_fold=default_fold)
+    d = g.call(
+        "relax.dequantize",
+        g.const("ci8", "int8"),
+        label="d",
+        dtype="float32",
+        default_fold=default_fold,
+    )
     n = g.call("relax.negative", g.const("c1"), label="n", default_fold=default_fold)
     s = g.call("relax.add", d, n, label="s", default_fold=default_fold)
     g.allow(s, label="a")
@@ -266,7 +293,10 @@ def test_allow_of_allow():
     g = G()
     a1 = g.allow(g.const("c"), label="a1")
     g.allow(a1, label="a2")
-    assert summary(plan_folds(g.build(), DEFAULT_POLICY)) == {"a1": f"FOLDED {ALLOW_RULE}", "a2": f"FOLDED {ALLOW_RULE}"}
+    assert summary(plan_folds(g.build(), DEFAULT_POLICY)) == {
+        "a1": f"FOLDED {ALLOW_RULE}",
+        "a2": f"FOLDED {ALLOW_RULE}",
+    }
 
 
 def test_allow_over_runtime_dependent_operand_stays():
@@ -313,7 +343,13 @@ def test_barrier_inside_allowed_subgraph_wins(upstream_default_fold):
         ==>   e = C if the default folds exp; b, n, a stay (kept by barrier)
     """
     g = G()
-    e = g.call("relax.exp", g.const("c"), label="e", default_fold=upstream_default_fold, default_rule="no exp")
+    e = g.call(
+        "relax.exp",
+        g.const("c"),
+        label="e",
+        default_fold=upstream_default_fold,
+        default_rule="no exp",
+    )
     b = g.barrier(e, label="b")
     n = g.call("relax.negative", b, label="n")
     g.allow(n, label="a")
@@ -334,7 +370,9 @@ def test_barrier_of_allow_is_fine():
         ==>   d, a = C; b = barrier(C); y stays
     """
     g = G()
-    d = g.call("qnn.dequantize", g.const("ci8", "int8"), label="d", dtype="float32", default_fold=False)
+    d = g.call(
+        "qnn.dequantize", g.const("ci8", "int8"), label="d", dtype="float32", default_fold=False
+    )
     a = g.allow(d, label="a")
     b = g.barrier(a, label="b")
     g.call("relax.negative", b, label="y")
@@ -391,7 +429,11 @@ def test_unfoldable_keeps_its_reason(reason, detail, allowed):
     e = g.call("relax.exp", g.const("c"), label="e")
     u = g.call("my.op", e, label="u", unfoldable=reason, unfoldable_detail=detail)
     n = g.call("relax.negative", u, label="n")
-    expected = {"e": f"FOLDED {ALLOW_RULE if allowed else DEFAULT_RULE}", "u": reason.name, "n": "NOT_CONSTANT"}
+    expected = {
+        "e": f"FOLDED {ALLOW_RULE if allowed else DEFAULT_RULE}",
+        "u": reason.name,
+        "n": "NOT_CONSTANT",
+    }
     if allowed:
         g.allow(n, label="a")
         expected["a"] = reason.name  # the allow reports the root cause it could not get past
@@ -406,7 +448,9 @@ def test_unfoldable_keeps_its_reason(reason, detail, allowed):
 def test_unfoldable_beats_a_policy_that_would_fold():
     fold_all = FoldPolicy("fold-all", "", (Rule("fold-all", Action.FOLD, "", lambda call: True),))
     g = G()
-    g.call("relax.print", g.const("c"), label="p", unfoldable=Reason.IMPURE, unfoldable_detail="impure")
+    g.call(
+        "relax.print", g.const("c"), label="p", unfoldable=Reason.IMPURE, unfoldable_detail="impure"
+    )
     assert summary(plan_folds(g.build(), fold_all)) == {"p": "IMPURE"}
 
 
@@ -461,7 +505,9 @@ def test_policy_keep_propagates_with_the_upstream_rule():
     assert decision(plan, "d").detail == rule.description
     root = "d = relax.dequantize"
     assert decision(plan, "s").detail == f"input d was kept ({root})"
-    assert decision(plan, "n").detail == f"input s was kept ({root})"  # the root stays the kept node
+    assert (
+        decision(plan, "n").detail == f"input s was kept ({root})"
+    )  # the root stays the kept node
     assert decision(plan, "n").root == decision(plan, "s").root == decision(plan, "d").node
 
 
@@ -484,7 +530,10 @@ def test_policy_beats_default(default_fold):
     g = G()
     g.call("q", g.const("c0"), label="q", default_fold=default_fold)
     g.call("k", g.const("c1"), label="k", default_fold=default_fold)
-    assert summary(plan_folds(g.build(), compose(fold_q, keep_k))) == {"q": "FOLDED fold-q", "k": "KEPT_BY_POLICY keep-ops"}
+    assert summary(plan_folds(g.build(), compose(fold_q, keep_k))) == {
+        "q": "FOLDED fold-q",
+        "k": "KEPT_BY_POLICY keep-ops",
+    }
 
 
 def test_default_fold_false_is_kept_by_policy_default():
@@ -492,11 +541,19 @@ def test_default_fold_false_is_kept_by_policy_default():
     s = shape_of(c) [default: not folded outside dataflow]; n = neg(s)   ==>   unchanged
     """
     g = G()
-    s = g.call("relax.shape_of", g.const("c"), label="s", default_fold=False,
-               default_rule="relax: ops fold only inside dataflow blocks")
+    s = g.call(
+        "relax.shape_of",
+        g.const("c"),
+        label="s",
+        default_fold=False,
+        default_rule="relax: ops fold only inside dataflow blocks",
+    )
     g.call("relax.negative", s, label="n")
     plan = plan_folds(g.build(), DEFAULT_POLICY)
-    assert summary(plan) == {"s": f"KEPT_BY_POLICY {DEFAULT_RULE}", "n": f"KEPT_WITH_INPUT {DEFAULT_RULE}"}
+    assert summary(plan) == {
+        "s": f"KEPT_BY_POLICY {DEFAULT_RULE}",
+        "n": f"KEPT_WITH_INPUT {DEFAULT_RULE}",
+    }
     assert decision(plan, "s").detail == "relax: ops fold only inside dataflow blocks"
     assert decision(plan, "n").detail == "input s was kept (s = relax.shape_of)"
 
@@ -525,13 +582,22 @@ def test_value_from_a_barriers_type_is_kept_by_the_barrier():
 def test_type_source_must_come_first():
     t = TensorInfo.of("int32", (1,))
     with pytest.raises(PlanInvariantError, match="reads the type of node 1"):
-        FoldGraph((FoldNode(0, "shape_of", "s", "main", (), (t,), type_source=1), FoldNode(1, "exp", "e", "main", (), (t,))))
+        FoldGraph(
+            (
+                FoldNode(0, "shape_of", "s", "main", (), (t,), type_source=1),
+                FoldNode(1, "exp", "e", "main", (), (t,)),
+            )
+        )
 
 
 def test_policy_sees_only_constant_calls():
     """Rules are never asked about a call with a non-constant input."""
     seen = []
-    spy = FoldPolicy("spy", "", (Rule("spy", Action.KEEP, "", lambda call: seen.append(call.node.label) or False),))
+    spy = FoldPolicy(
+        "spy",
+        "",
+        (Rule("spy", Action.KEEP, "", lambda call: seen.append(call.node.label) or False),),
+    )
     g = G()
     e = g.call("relax.exp", g.const("c"), label="e")
     g.call("relax.add", e, g.runtime("x"), label="y")
@@ -553,21 +619,35 @@ _T = TensorInfo.of("float32", (4,))
         pytest.param((FoldNode(1, "relax.exp", "e", "main", (), (_T,)),), id="id-not-position"),
         pytest.param(
             (
-                FoldNode(0, "relax.exp", "e", "main", (NodeInput(InputKind.NODE, "n", _T, 1),), (_T,)),
+                FoldNode(
+                    0, "relax.exp", "e", "main", (NodeInput(InputKind.NODE, "n", _T, 1),), (_T,)
+                ),
                 FoldNode(1, "relax.negative", "n", "main", (), (_T,)),
             ),
             id="forward-reference",
         ),
         pytest.param(
-            (FoldNode(0, "relax.exp", "e", "main", (NodeInput(InputKind.NODE, "e", _T, 0),), (_T,)),),
+            (
+                FoldNode(
+                    0, "relax.exp", "e", "main", (NodeInput(InputKind.NODE, "e", _T, 0),), (_T,)
+                ),
+            ),
             id="self-reference",
         ),
         pytest.param(
-            (FoldNode(0, "relax.exp", "e", "main", (NodeInput(InputKind.NODE, "?", _T, None),), (_T,)),),
+            (
+                FoldNode(
+                    0, "relax.exp", "e", "main", (NodeInput(InputKind.NODE, "?", _T, None),), (_T,)
+                ),
+            ),
             id="missing-node-id",
         ),
         pytest.param(
-            (FoldNode(0, "relax.exp", "e", "main", (NodeInput(InputKind.NODE, "?", _T, -1),), (_T,)),),
+            (
+                FoldNode(
+                    0, "relax.exp", "e", "main", (NodeInput(InputKind.NODE, "?", _T, -1),), (_T,)
+                ),
+            ),
             id="negative-node-id",
         ),
     ],
@@ -607,7 +687,9 @@ def test_reported_cause_does_not_depend_on_argument_order(blocked_first):
     if blocked_first == "policy":
         k = g.call("relax.dequantize", g.const("ci8", "int8"), label="k", dtype="float32")
     else:
-        k = g.call("relax.print", c, label="k", unfoldable=Reason.IMPURE, unfoldable_detail="impure")
+        k = g.call(
+            "relax.print", c, label="k", unfoldable=Reason.IMPURE, unfoldable_detail="impure"
+        )
     b = g.barrier(c, label="b")
     g.call("relax.add", k, b, label="y1")
     g.call("relax.add", b, k, label="y2")
@@ -620,17 +702,54 @@ def test_reported_cause_does_not_depend_on_argument_order(blocked_first):
 
 def _qnn_chain_graph(barrier: bool):
     """w -> qnn.quantize -> [fold_barrier] -> qnn.requantize -> qnn.dense(x, .)  (x at run time)."""
-    from fold_guard._core.graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
+    from fold_guard._core.graph import (
+        Annotation,
+        FoldGraph,
+        FoldNode,
+        InputKind,
+        NodeInput,
+        TensorInfo,
+    )
 
     t = TensorInfo.of("int8", (4, 4))
     w = NodeInput(InputKind.CONSTANT, "w", TensorInfo.of("float32", (4, 4)))
     x = NodeInput(InputKind.RUNTIME, "x", t)
     nodes = [FoldNode(0, "qnn.quantize", "q", "main", (w,), (t,), default_fold=False)]
     if barrier:
-        nodes.append(FoldNode(1, "fold_barrier", "b", "main", (NodeInput(InputKind.NODE, "q", t, 0),), (t,), annotation=Annotation.BARRIER))
+        nodes.append(
+            FoldNode(
+                1,
+                "fold_barrier",
+                "b",
+                "main",
+                (NodeInput(InputKind.NODE, "q", t, 0),),
+                (t,),
+                annotation=Annotation.BARRIER,
+            )
+        )
     last = len(nodes) - 1
-    nodes.append(FoldNode(len(nodes), "qnn.requantize", "r", "main", (NodeInput(InputKind.NODE, "p", t, last),), (t,), default_fold=False))
-    nodes.append(FoldNode(len(nodes), "qnn.dense", "d", "main", (x, NodeInput(InputKind.NODE, "r", t, len(nodes) - 1)), (t,), default_fold=False))
+    nodes.append(
+        FoldNode(
+            len(nodes),
+            "qnn.requantize",
+            "r",
+            "main",
+            (NodeInput(InputKind.NODE, "p", t, last),),
+            (t,),
+            default_fold=False,
+        )
+    )
+    nodes.append(
+        FoldNode(
+            len(nodes),
+            "qnn.dense",
+            "d",
+            "main",
+            (x, NodeInput(InputKind.NODE, "r", t, len(nodes) - 1)),
+            (t,),
+            default_fold=False,
+        )
+    )
     return FoldGraph(tuple(nodes))
 
 
@@ -638,7 +757,9 @@ def test_allow_roots_is_the_top_of_each_extra_constant_subgraph():
     from fold_guard._core import DEFAULT_POLICY, FOLD_QNN_POLICY, allow_roots
 
     graph = _qnn_chain_graph(barrier=False)
-    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (1,)
+    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (
+        1,
+    )
 
 
 def test_allow_roots_stop_at_barriers():
@@ -646,14 +767,19 @@ def test_allow_roots_stop_at_barriers():
     from fold_guard._core import DEFAULT_POLICY, FOLD_QNN_POLICY, allow_roots
 
     graph = _qnn_chain_graph(barrier=True)
-    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (0,)
+    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (
+        0,
+    )
 
 
 def test_allow_roots_rejects_plans_of_different_graphs():
     from fold_guard._core import DEFAULT_POLICY, PlanInvariantError, allow_roots
 
     with pytest.raises(PlanInvariantError):
-        allow_roots(plan_folds(_qnn_chain_graph(False), DEFAULT_POLICY), plan_folds(_qnn_chain_graph(False), DEFAULT_POLICY))
+        allow_roots(
+            plan_folds(_qnn_chain_graph(False), DEFAULT_POLICY),
+            plan_folds(_qnn_chain_graph(False), DEFAULT_POLICY),
+        )
 
 
 # ----------------------------------------------------------------------------------- lowered calls
@@ -662,12 +788,23 @@ def test_allow_roots_rejects_plans_of_different_graphs():
 def _lowered_graph():
     """k = call_tir(<kernel>, c); an already lowered call on a constant (Relax after LegalizeOps)."""
     t = TensorInfo.of("int8", (4, 4))
-    node = FoldNode(0, "relax.call_tir", "k", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,), lowered=True)
+    node = FoldNode(
+        0,
+        "relax.call_tir",
+        "k",
+        "main",
+        (NodeInput(InputKind.CONSTANT, "c", t),),
+        (t,),
+        lowered=True,
+    )
     return FoldGraph((node,))
 
 
 def test_policy_reading_op_names_refuses_a_lowered_call():
-    with pytest.raises(PreconditionError, match=r"function main: k = relax.call_tir .*keep-qdq-weights.*annotate before lowering"):
+    with pytest.raises(
+        PreconditionError,
+        match=r"function main: k = relax.call_tir .*keep-qdq-weights.*annotate before lowering",
+    ):
         plan_folds(_lowered_graph(), KEEP_QDQ_WEIGHTS_POLICY)
 
 
@@ -686,5 +823,16 @@ def test_a_rule_declaring_it_reads_no_ops_decides_a_lowered_call():
 def test_a_lowered_call_behind_a_runtime_input_asks_no_policy():
     """Only calls with constant inputs reach a policy, so only they can raise."""
     t = TensorInfo.of("int8", (4, 4))
-    node = FoldNode(0, "relax.call_tir", "k", "main", (NodeInput(InputKind.RUNTIME, "x", t),), (t,), lowered=True)
-    assert plan_folds(FoldGraph((node,)), KEEP_QDQ_WEIGHTS_POLICY).decisions[0].reason is Reason.NOT_CONSTANT
+    node = FoldNode(
+        0,
+        "relax.call_tir",
+        "k",
+        "main",
+        (NodeInput(InputKind.RUNTIME, "x", t),),
+        (t,),
+        lowered=True,
+    )
+    assert (
+        plan_folds(FoldGraph((node,)), KEEP_QDQ_WEIGHTS_POLICY).decisions[0].reason
+        is Reason.NOT_CONSTANT
+    )

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from graphdsl import G, summary
 
 import fold_guard
 from fold_guard._core import (
@@ -33,9 +34,14 @@ from fold_guard._core import (
     unregister_policy,
 )
 
-from graphdsl import G, summary
-
-BUILTIN_NAMES = ["default", "fold-qnn", "keep-qdq-weights", "qdq-accelerator", "size-guard", "weights-only"]
+BUILTIN_NAMES = [
+    "default",
+    "fold-qnn",
+    "keep-qdq-weights",
+    "qdq-accelerator",
+    "size-guard",
+    "weights-only",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +96,9 @@ def test_default_policy_has_no_opinion():
 # fold-qnn --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", ["qnn.quantize", "qnn.dequantize", "qnn.requantize", "qnn.conv2d", "qnn.dense"])
+@pytest.mark.parametrize(
+    "op", ["qnn.quantize", "qnn.dequantize", "qnn.requantize", "qnn.conv2d", "qnn.dense"]
+)
 def test_fold_qnn_folds_every_qnn_op(op):
     call = single_call(op, ("int8", (16,)), outputs=[TensorInfo.of("int8", (16,))])
     action, rule = FOLD_QNN_POLICY.decide(call)
@@ -109,7 +117,9 @@ def test_fold_qnn_has_no_opinion_on_other_ops(op):
 @pytest.mark.parametrize("op", sorted(DEQUANTIZE_OPS))
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
 def test_keep_qdq_keeps_dequantize_of_integer_constant(op, dtype):
-    call = single_call(op, (dtype, (16,)), ("float32", ()), (dtype, ()), outputs=[TensorInfo.of("float32", (16,))])
+    call = single_call(
+        op, (dtype, (16,)), ("float32", ()), (dtype, ()), outputs=[TensorInfo.of("float32", (16,))]
+    )
     action, rule = KEEP_QDQ_WEIGHTS_POLICY.decide(call)
     assert action is Action.KEEP and rule.name == "keep-dequantize-of-integer-constant"
 
@@ -117,7 +127,9 @@ def test_keep_qdq_keeps_dequantize_of_integer_constant(op, dtype):
 @pytest.mark.parametrize("op", sorted(QUANTIZE_OPS))
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_keep_qdq_folds_quantize(op, dtype):
-    call = single_call(op, (dtype, (16,)), ("float32", ()), ("int8", ()), outputs=[TensorInfo.of("int8", (16,))])
+    call = single_call(
+        op, (dtype, (16,)), ("float32", ()), ("int8", ()), outputs=[TensorInfo.of("int8", (16,))]
+    )
     action, rule = KEEP_QDQ_WEIGHTS_POLICY.decide(call)
     assert action is Action.FOLD and rule.name == "fold-quantize-of-constant"
 
@@ -125,7 +137,10 @@ def test_keep_qdq_folds_quantize(op, dtype):
 @pytest.mark.parametrize(
     "op,dtype",
     [
-        ("relax.dequantize", "float32"),  # float dequantize (e.g. fp8 emulation) is not a QDQ weight
+        (
+            "relax.dequantize",
+            "float32",
+        ),  # float dequantize (e.g. fp8 emulation) is not a QDQ weight
         ("qnn.dequantize", "float16"),
         ("relax.add", "int8"),
         ("relax.astype", "int8"),
@@ -204,7 +219,10 @@ def test_size_guard_thresholds(inputs, out_shape, kept):
 
 def test_size_guard_defaults():
     assert DEFAULT_GROWTH_FACTOR == 4.0 and DEFAULT_MIN_RESULT_BYTES == 4096
-    assert "4096" in SIZE_GUARD_POLICY.rules[0].description and "4x" in SIZE_GUARD_POLICY.rules[0].description
+    assert (
+        "4096" in SIZE_GUARD_POLICY.rules[0].description
+        and "4x" in SIZE_GUARD_POLICY.rules[0].description
+    )
 
 
 @pytest.mark.parametrize(
@@ -267,7 +285,14 @@ def test_size_guard_in_a_plan():
 def test_call_view():
     g = G()
     c = g.const("c", "int8", (2, 3))
-    e = g.call("relax.dequantize", c, g.runtime("s", "float32", ()), label="d", dtype="float32", attrs={"axis": 1})
+    e = g.call(
+        "relax.dequantize",
+        c,
+        g.runtime("s", "float32", ()),
+        label="d",
+        dtype="float32",
+        attrs={"axis": 1},
+    )
     g.call("relax.add", e, e, label="a")
     g.call("relax.negative", e, label="n")
     graph = g.build()
@@ -303,7 +328,10 @@ def test_compose_names():
     assert compose(KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY, name="npu").name == "npu"
     composed = compose(KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY)
     assert composed.rules == KEEP_QDQ_WEIGHTS_POLICY.rules + SIZE_GUARD_POLICY.rules
-    assert composed.description == f"{KEEP_QDQ_WEIGHTS_POLICY.description}; then {SIZE_GUARD_POLICY.description}"
+    assert (
+        composed.description
+        == f"{KEEP_QDQ_WEIGHTS_POLICY.description}; then {SIZE_GUARD_POLICY.description}"
+    )
 
 
 def test_compose_needs_a_policy():
@@ -412,7 +440,9 @@ def test_resolve_policy_object_is_identity():
     assert resolve_policy(mine) is mine
 
 
-@pytest.mark.parametrize("spec", [["keep-qdq-weights", "size-guard"], ("keep-qdq-weights", SIZE_GUARD_POLICY)])
+@pytest.mark.parametrize(
+    "spec", [["keep-qdq-weights", "size-guard"], ("keep-qdq-weights", SIZE_GUARD_POLICY)]
+)
 def test_resolve_policy_sequence_composes_in_order(spec):
     policy = resolve_policy(spec)
     assert policy.name == "keep-qdq-weights+size-guard"
@@ -451,12 +481,31 @@ def test_resolve_bad_input_lists_known_names():
 def test_allow_root_with_a_tuple_result_is_allowed_through_its_inputs():
     """c -> qnn.quantize (q) -> split (s, two results): fold_allow annotates one tensor, so the
     root under fold-qnn is q, not the tuple-valued s (default folds s once q is constant)."""
-    from fold_guard._core import DEFAULT_POLICY, FOLD_QNN_POLICY, FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo, plan_folds
+    from fold_guard._core import (
+        DEFAULT_POLICY,
+        FOLD_QNN_POLICY,
+        FoldGraph,
+        FoldNode,
+        InputKind,
+        NodeInput,
+        TensorInfo,
+        plan_folds,
+    )
     from fold_guard._core.annotate import allow_roots
 
     t = TensorInfo.of("int8", (4,))
     half = TensorInfo.of("int8", (2,))
-    q = FoldNode(0, "qnn.quantize", "q", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,), default_fold=False)
+    q = FoldNode(
+        0,
+        "qnn.quantize",
+        "q",
+        "main",
+        (NodeInput(InputKind.CONSTANT, "c", t),),
+        (t,),
+        default_fold=False,
+    )
     s = FoldNode(1, "split", "s", "main", (NodeInput(InputKind.NODE, "q", t, 0),), (half, half))
     graph = FoldGraph((q, s))
-    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (0,)
+    assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (
+        0,
+    )

@@ -13,11 +13,12 @@ keeps a random set of ops and folds another. Unless a test asks for it, no ``fol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Dict, FrozenSet, Mapping, Set
 
 import numpy as np
 import pytest
+from graphdsl import NUMPY_OPS, G, apply_plan, evaluate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,8 +34,6 @@ from fold_guard._core import (
     Rule,
     plan_folds,
 )
-
-from graphdsl import NUMPY_OPS, G, apply_plan, evaluate
 
 UNARY_OPS = ("relax.negative", "relax.clip_exp", "relax.tanh")
 BINARY_OPS = ("relax.add", "relax.multiply", "relax.subtract")
@@ -81,7 +80,9 @@ def cases(draw, *, annotations: bool = True, policy: bool = True, conflicts: boo
             ref = g.barrier(refs[draw(st.integers(0, len(refs) - 1))], label=label)
             barriers.add(ref.node)
         elif kind == "allow":
-            candidates = refs if conflicts else [r for r in refs if r.node not in barriers or r.node is None]
+            candidates = (
+                refs if conflicts else [r for r in refs if r.node not in barriers or r.node is None]
+            )
             operand = candidates[draw(st.integers(0, len(candidates) - 1))]
             conflict = conflict or (operand.node is not None and operand.node in barriers)
             ref = g.allow(operand, label=label)
@@ -130,7 +131,9 @@ def ancestors(graph: FoldGraph) -> Dict[int, FrozenSet[int]]:
 def reads_runtime(graph: FoldGraph, anc_map: Mapping[int, FrozenSet[int]], node_id: int) -> bool:
     """Whether a run-time input is reachable upstream of ``node_id`` (itself included)."""
     return any(
-        inp.kind is InputKind.RUNTIME for n in anc_map[node_id] | {node_id} for inp in graph.nodes[n].inputs
+        inp.kind is InputKind.RUNTIME
+        for n in anc_map[node_id] | {node_id}
+        for inp in graph.nodes[n].inputs
     )
 
 
@@ -140,7 +143,11 @@ def is_clean(case: Case, anc_map, node_id: int) -> bool:
     graph = case.graph
     for n in anc_map[node_id] | {node_id}:
         node = graph.nodes[n]
-        if node.annotation is Annotation.BARRIER or node.unfoldable is not None or n in case.failures:
+        if (
+            node.annotation is Annotation.BARRIER
+            or node.unfoldable is not None
+            or n in case.failures
+        ):
             return False
     return not reads_runtime(graph, anc_map, node_id)
 
@@ -150,7 +157,7 @@ def reference_fold_no_annotations(case: Case) -> Dict[int, bool]:
     is a literal or a folded node."""
     graph = case.graph
 
-    @lru_cache(maxsize=None)
+    @cache
     def folds(node_id: int) -> bool:
         node = graph.nodes[node_id]
         if node.unfoldable is not None or node_id in case.failures or not node.default_fold:
@@ -172,13 +179,15 @@ def reference_fold(case: Case) -> Dict[int, bool]:
     graph = case.graph
     users = graph.consumers()
 
-    @lru_cache(maxsize=None)
+    @cache
     def in_cone(node_id: int) -> bool:
         if graph.nodes[node_id].annotation is Annotation.BARRIER:
             return False
-        return any(graph.nodes[u].annotation is Annotation.ALLOW or in_cone(u) for u in users[node_id])
+        return any(
+            graph.nodes[u].annotation is Annotation.ALLOW or in_cone(u) for u in users[node_id]
+        )
 
-    @lru_cache(maxsize=None)
+    @cache
     def folds(node_id: int) -> bool:
         node = graph.nodes[node_id]
         if node.annotation is Annotation.BARRIER:
@@ -249,7 +258,8 @@ def test_reasons_point_at_a_real_cause(case):
     for node, d in zip(graph.nodes, plan.decisions):
         up = anc_map[node.id] | {node.id}
         has_nonconstant_input = any(
-            inp.kind is InputKind.RUNTIME or (inp.kind is InputKind.NODE and not plan.folds(inp.node))
+            inp.kind is InputKind.RUNTIME
+            or (inp.kind is InputKind.NODE and not plan.folds(inp.node))
             for inp in node.inputs
         )
         if d.reason is Reason.KEPT_BY_BARRIER:
@@ -257,11 +267,16 @@ def test_reasons_point_at_a_real_cause(case):
         elif d.reason is Reason.NOT_CONSTANT:
             assert has_nonconstant_input
             assert reads_runtime(graph, anc_map, node.id) or any(
-                graph.nodes[n].unfoldable is not None or n in case.failures for n in anc_map[node.id]
+                graph.nodes[n].unfoldable is not None or n in case.failures
+                for n in anc_map[node.id]
             )
             reads_runtime_directly = any(inp.kind is InputKind.RUNTIME for inp in node.inputs)
             if reads_runtime_directly and d.detail.endswith(" is a run-time input"):
-                assert any(repr(inp.label) in d.detail for inp in node.inputs if inp.kind is InputKind.RUNTIME)
+                assert any(
+                    repr(inp.label) in d.detail
+                    for inp in node.inputs
+                    if inp.kind is InputKind.RUNTIME
+                )
             else:
                 assert d.detail.startswith("input ") and d.detail.endswith(" is not constant")
         elif d.reason in UNFOLDABLE and has_nonconstant_input:
@@ -277,14 +292,22 @@ def test_reasons_point_at_a_real_cause(case):
             assert d.detail == case.failures[node.id]
         elif d.reason is Reason.KEPT_BY_POLICY:
             # A rule kept this very call: all its inputs are constant.
-            assert d.rule in ("keep-random", "default") and not has_nonconstant_input and d.root is None
+            assert (
+                d.rule in ("keep-random", "default")
+                and not has_nonconstant_input
+                and d.root is None
+            )
             assert node.op in case.keep_ops if d.rule == "keep-random" else not node.default_fold
         elif d.reason is Reason.KEPT_WITH_INPUT:
             # Kept because an input was kept: the root is an ancestor some rule kept, with this rule.
             assert has_nonconstant_input and d.root in up
-            assert plan.decisions[d.root].reason is Reason.KEPT_BY_POLICY and plan.decisions[d.root].rule == d.rule
+            assert (
+                plan.decisions[d.root].reason is Reason.KEPT_BY_POLICY
+                and plan.decisions[d.root].rule == d.rule
+            )
             kept_by_rule = [
-                n for n in up
+                n
+                for n in up
                 if graph.nodes[n].op in case.keep_ops or not graph.nodes[n].default_fold
             ]
             assert kept_by_rule
@@ -309,7 +332,10 @@ def test_precedence_allow_over_policy_and_default(case):
         cone, stack = set(), [node.id]
         while stack:
             for inp in graph.nodes[stack.pop()].inputs:
-                if inp.kind is InputKind.NODE and graph.nodes[inp.node].annotation is not Annotation.BARRIER:
+                if (
+                    inp.kind is InputKind.NODE
+                    and graph.nodes[inp.node].annotation is not Annotation.BARRIER
+                ):
                     if inp.node not in cone:
                         cone.add(inp.node)
                         stack.append(inp.node)
@@ -381,7 +407,12 @@ def test_idempotence(case):
     for old, new in new_id.items():
         a, b = first.decisions[old], second.decisions[new]
         assert (a.label, a.op, a.action, a.reason, a.rule, a.detail) == (
-            b.label, b.op, b.action, b.reason, b.rule, b.detail
+            b.label,
+            b.op,
+            b.action,
+            b.reason,
+            b.rule,
+            b.detail,
         )
 
 
@@ -397,9 +428,22 @@ def test_semantic_equivalence(case, seed):
     plan = case.plan()
     graph = case.graph
     rng = np.random.default_rng(seed)
-    leaves = {inp.label: inp for node in graph.nodes for inp in node.inputs if inp.kind is not InputKind.NODE}
-    constants = {k: rng.standard_normal(4).astype("float32") for k, v in leaves.items() if v.kind is InputKind.CONSTANT}
-    runtime = {k: rng.standard_normal(4).astype("float32") for k, v in leaves.items() if v.kind is InputKind.RUNTIME}
+    leaves = {
+        inp.label: inp
+        for node in graph.nodes
+        for inp in node.inputs
+        if inp.kind is not InputKind.NODE
+    }
+    constants = {
+        k: rng.standard_normal(4).astype("float32")
+        for k, v in leaves.items()
+        if v.kind is InputKind.CONSTANT
+    }
+    runtime = {
+        k: rng.standard_normal(4).astype("float32")
+        for k, v in leaves.items()
+        if v.kind is InputKind.RUNTIME
+    }
 
     with np.errstate(all="ignore"):
         reference = evaluate(graph, {**constants, **runtime})
@@ -409,7 +453,10 @@ def test_semantic_equivalence(case, seed):
         for node in graph.nodes:
             if not plan.folds(node.id):
                 continue
-            args = [values[i.node] if i.kind is InputKind.NODE else constants[i.label] for i in node.inputs]
+            args = [
+                values[i.node] if i.kind is InputKind.NODE else constants[i.label]
+                for i in node.inputs
+            ]
             values[node.id] = NUMPY_OPS[node.op](*args)
             folded_values[node.label] = values[node.id]
         # Step 2: run the applied graph.

@@ -38,7 +38,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-__all__ = ["corpus", "BUILDERS", "STOCK", "NOT_RUNNABLE", "build"]
+__all__ = ["BUILDERS", "NOT_RUNNABLE", "STOCK", "build", "corpus"]
 
 BUILDERS: dict[str, Callable[[], tvm.IRModule]] = {}
 STOCK: dict[str, str] = {}
@@ -921,9 +921,9 @@ def multi_function_const_call():
     @I.ir_module
     class Mod:
         @R.function
-        def scale(
-            y: R.Tensor((16,), "float32"), sc: R.Tensor((16,), "float32")
-        ) -> R.Tensor((16,), "float32"):
+        def scale(y: R.Tensor((16,), "float32"), sc: R.Tensor((16,), "float32")) -> R.Tensor(
+            (16,), "float32"
+        ):
             with R.dataflow():
                 gv = R.multiply(y, sc)  # no fold: y is a parameter
                 R.output(gv)
@@ -1062,8 +1062,11 @@ def blockbuilder_where_int64_shape_ops():
         with bb.dataflow():
             idx = relax.const(np.array([9, 3, 7, 1, 5], dtype="int64"), "int64")
             # folds: int64 arithmetic
-            i2 = bb.emit(relax.op.floor_mod(relax.op.add(idx, relax.const(4, "int64")),
-                                            relax.const(10, "int64")))
+            i2 = bb.emit(
+                relax.op.floor_mod(
+                    relax.op.add(idx, relax.const(4, "int64")), relax.const(10, "int64")
+                )
+            )
             # folds: gather from a constant table
             rows = bb.emit(relax.op.take(relax.const(table, "float32"), i2, axis=0))
             # no fold: runtime x
@@ -1092,7 +1095,9 @@ def if_branches():
             cls = Mod
             if flag:
                 # folds: call_tir on a constant, in any block
-                t = R.call_tir(cls.add_one, (R.const(c, "float32"),), out_ty=R.Tensor((4,), "float32"))
+                t = R.call_tir(
+                    cls.add_one, (R.const(c, "float32"),), out_ty=R.Tensor((4,), "float32")
+                )
                 r = R.add(x, t)  # no fold: runtime x
             else:
                 e = R.exp(R.const(c, "float32"))  # no fold: an op outside a dataflow block

@@ -13,7 +13,11 @@ def op_calls(mod: tvm.IRModule, op_name: str) -> List[relax.Call]:
     found: List[relax.Call] = []
 
     def visit(node: relax.Expr) -> None:
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
+        if (
+            isinstance(node, relax.Call)
+            and isinstance(node.op, tvm.ir.Op)
+            and node.op.name == op_name
+        ):
             found.append(node)
 
     for func in mod.functions.values():
@@ -28,7 +32,11 @@ CONSTANT_TYPE = getattr(tvm.ir, "GenericConst", None) or relax.Constant
 
 def constant_operands(mod: tvm.IRModule, op_name: str) -> List[Tuple[str, Tuple[int, ...]]]:
     """(dtype, shape) of the constant first argument of every call to ``op_name``."""
-    arrays = [call.args[0].value.numpy() for call in op_calls(mod, op_name) if isinstance(call.args[0], CONSTANT_TYPE)]
+    arrays = [
+        call.args[0].value.numpy()
+        for call in op_calls(mod, op_name)
+        if isinstance(call.args[0], CONSTANT_TYPE)
+    ]
     return [(str(array.dtype), tuple(array.shape)) for array in arrays]
 
 

@@ -9,8 +9,11 @@ and run to bit-identical outputs.
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 import pytest
 import tvm
+from _common import onnx_models
+from golden import op_calls
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -19,14 +22,8 @@ import fold_guard
 import fold_guard.relax as fgr
 from fold_guard import Annotation
 
-import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
-from golden import op_calls
-from _common import onnx_models  # noqa: E402
-
 W_INT8 = (np.arange(16, dtype="int8") - 8).reshape(4, 4)
 W_FP32 = np.linspace(-1.0, 1.0, 16, dtype="float32").reshape(4, 4)
-
-
 
 
 def _bound_value(func: relax.Function, var: relax.Expr) -> relax.Expr:
@@ -46,10 +43,16 @@ def _dequantize_operands(mod: tvm.IRModule) -> list:
         data = _bound_value(main, call.args[0])
         if isinstance(data, relax.Call) and data.op.name == "relax.fold_barrier":
             inner = _bound_value(main, data.args[0])
-            kinds.append("barrier(const)" if isinstance(inner, tvm.ir.GenericConst) else f"barrier({inner.op.name})")
+            kinds.append(
+                "barrier(const)"
+                if isinstance(inner, tvm.ir.GenericConst)
+                else f"barrier({inner.op.name})"
+            )
         elif isinstance(data, tvm.ir.GenericConst):
             kinds.append(f"const {data.value.dtype}")
-        elif isinstance(data, relax.Call) and isinstance(_bound_value(main, data.args[0]), tvm.ir.GenericConst):
+        elif isinstance(data, relax.Call) and isinstance(
+            _bound_value(main, data.args[0]), tvm.ir.GenericConst
+        ):
             kinds.append(f"{data.op.name}(const)")
         else:
             kinds.append("runtime")
@@ -65,7 +68,9 @@ def test_qdq_weight_gets_a_barrier_on_its_int8_operand():
         @R.function
         def main(x: R.Tensor((2, 4), "float32")) -> R.Tensor((2, 4), "float32"):
             with R.dataflow():
-                w_q = R.quantize(R.const(W_FP32), R.const(0.0078125), R.const(0, "int8"), out_dtype="int8")
+                w_q = R.quantize(
+                    R.const(W_FP32), R.const(0.0078125), R.const(0, "int8"), out_dtype="int8"
+                )
                 w = R.dequantize(w_q, R.const(0.0078125), R.const(0, "int8"), out_dtype="float32")
                 y = R.matmul(x, w)
                 R.output(y)
@@ -76,9 +81,13 @@ def test_qdq_weight_gets_a_barrier_on_its_int8_operand():
         @R.function
         def main(x: R.Tensor((2, 4), "float32")) -> R.Tensor((2, 4), "float32"):
             with R.dataflow():
-                w_q = R.quantize(R.const(W_FP32), R.const(0.0078125), R.const(0, "int8"), out_dtype="int8")
+                w_q = R.quantize(
+                    R.const(W_FP32), R.const(0.0078125), R.const(0, "int8"), out_dtype="int8"
+                )
                 w_operand = R.fold_barrier(w_q)
-                w = R.dequantize(w_operand, R.const(0.0078125), R.const(0, "int8"), out_dtype="float32")
+                w = R.dequantize(
+                    w_operand, R.const(0.0078125), R.const(0, "int8"), out_dtype="float32"
+                )
                 y = R.matmul(x, w)
                 R.output(y)
             return y
@@ -90,7 +99,9 @@ def test_qdq_weight_gets_a_barrier_on_its_int8_operand():
     ]
     # the quantize still folds (under the barrier), the dequantize never does, even in stock
     stock = relax.transform.FoldConstant()(annotated.mod)
-    assert _dequantize_operands(stock) == ["barrier(const)"] and not op_calls(stock, "relax.quantize")
+    assert _dequantize_operands(stock) == ["barrier(const)"] and not op_calls(
+        stock, "relax.quantize"
+    )
 
 
 def test_weights_only_puts_a_barrier_on_a_constant_that_is_not_a_weight():
@@ -153,7 +164,9 @@ def test_unknown_policy_is_a_clear_error():
 
     with pytest.raises(fold_guard.UnknownPolicyError, match="no-such-npu"):
         fgr.annotate(Before, policy="no-such-npu")
-    with pytest.raises(fold_guard.UnsupportedIRError, match=r"expects a tvm\.IRModule, got Function"):
+    with pytest.raises(
+        fold_guard.UnsupportedIRError, match=r"expects a tvm\.IRModule, got Function"
+    ):
         fgr.annotate(Before["main"], policy="qdq-accelerator")
 
 
@@ -177,8 +190,12 @@ def test_import_annotation_pins_every_weight_and_bias_dequantize(imported):
     assert all(p.rule == "keep-dequantize-of-integer-constant" for p in annotated.placed)
 
     stock = relax.transform.FoldConstant()(annotated.mod)
-    assert sorted(k for k in _dequantize_operands(stock) if k != "runtime") == ["barrier(const)"] * 10
-    assert not [c for c in op_calls(stock, "relax.quantize") if not isinstance(c.args[0], relax.Var)]
+    assert (
+        sorted(k for k in _dequantize_operands(stock) if k != "runtime") == ["barrier(const)"] * 10
+    )
+    assert not [
+        c for c in op_calls(stock, "relax.quantize") if not isinstance(c.args[0], relax.Var)
+    ]
 
 
 def test_annotated_default_fold_matches_the_policy_fold(imported):
@@ -187,9 +204,16 @@ def test_annotated_default_fold_matches_the_policy_fold(imported):
     annotated = fgr.annotate(mod, policy="qdq-accelerator").mod
     via_annotations = fgr.fold(annotated)
     direct = fgr.fold(mod, policy="qdq-accelerator")
-    folded_ops = lambda result: sorted(d.op for d in result.plan.folded)  # noqa: E731
+
+    def folded_ops(result: fgr.FoldResult) -> list:
+        return sorted(d.op for d in result.plan.folded)
+
     assert folded_ops(via_annotations) == folded_ops(direct)
-    op_counts = lambda m: {op: len(op_calls(m, op)) for op in ("relax.quantize", "relax.dequantize", "relax.nn.conv2d", "relax.matmul")}  # noqa: E731
+
+    def op_counts(m: tvm.IRModule) -> dict:
+        ops = ("relax.quantize", "relax.dequantize", "relax.nn.conv2d", "relax.matmul")
+        return {op: len(op_calls(m, op)) for op in ops}
+
     assert op_counts(via_annotations.mod) == op_counts(direct.mod)
     assert len(op_calls(via_annotations.mod, "relax.fold_barrier")) == 10
 
@@ -200,7 +224,11 @@ def test_annotated_modules_run_bit_identical_to_the_import(imported):
     inputs = [onnx_models.sample_input()[onnx_models.INPUT_NAME]]
     reference = onnx_models.run_relax(mod, inputs)[0]
     annotated = fgr.annotate(mod, policy="qdq-accelerator").mod
-    for candidate in (annotated, relax.transform.FoldConstant()(annotated), fgr.fold(annotated).mod):
+    for candidate in (
+        annotated,
+        relax.transform.FoldConstant()(annotated),
+        fgr.fold(annotated).mod,
+    ):
         np.testing.assert_array_equal(onnx_models.run_relax(candidate, inputs)[0], reference)
     ort = onnx_models.run_onnxruntime(model, onnx_models.sample_input())[0]
     np.testing.assert_allclose(reference, ort, rtol=0, atol=onnx_models.output_atol(model))
@@ -212,7 +240,9 @@ def test_a_registered_backend_policy_is_accepted_by_annotate():
         @R.function
         def main(x: R.Tensor((2, 4), "float32")) -> R.Tensor((2, 4), "float32"):
             with R.dataflow():
-                w = R.dequantize(R.const(W_INT8), R.const(0.5), R.const(0, "int8"), out_dtype="float32")
+                w = R.dequantize(
+                    R.const(W_INT8), R.const(0.5), R.const(0, "int8"), out_dtype="float32"
+                )
                 y = R.matmul(x, w)
                 R.output(y)
             return y
@@ -222,6 +252,8 @@ def test_a_registered_backend_policy_is_accepted_by_annotate():
             fold_guard.Rule("keep-dq", fold_guard.Action.KEEP, "", lambda call: call.op == "relax.dequantize"),
         )))  # fmt: skip
         annotated = fgr.annotate(Before, policy="my-npu")
-        assert [(p.annotation, p.rule) for p in annotated.placed] == [(Annotation.BARRIER, "keep-dq")]
+        assert [(p.annotation, p.rule) for p in annotated.placed] == [
+            (Annotation.BARRIER, "keep-dq")
+        ]
         assert fgr.plan(Before, "my-npu").policy_name == "my-npu"
     assert _dequantize_operands(relax.transform.FoldConstant()(annotated.mod)) == ["barrier(const)"]

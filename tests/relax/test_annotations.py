@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from golden import binding_names, check_before_after, op_calls
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
 import fold_guard
 import fold_guard.relax as fgr
-from golden import op_calls, binding_names, check_before_after
 from fold_guard import Reason
 
 A = np.arange(4, dtype="float32")
@@ -38,10 +38,6 @@ W_INT8 = (np.arange(16, dtype="int8") - 8).reshape(4, 4)
 
 def _copy(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.ir.load_json(tvm.ir.save_json(mod))
-
-
-
-
 
 
 def _run(mod: tvm.IRModule, *args: np.ndarray) -> np.ndarray:
@@ -143,7 +139,9 @@ class BarrierOnRuntimeValue:
         return d
 
 
-@pytest.mark.parametrize("before", [BarrierOnLiteralConstant, BarrierOnRuntimeValue], ids=["literal", "runtime"])
+@pytest.mark.parametrize(
+    "before", [BarrierOnLiteralConstant, BarrierOnRuntimeValue], ids=["literal", "runtime"]
+)
 @pytest.mark.parametrize("policy", ["default", "keep-qdq-weights", "size-guard"])
 def test_barrier_unchanged(before, policy):
     """Nothing to fold: Expected is Before, under every built-in policy."""
@@ -255,7 +253,9 @@ class AllowedQdqWeightExpected:
 
 
 def test_keep_qdq_weights_keeps_dequantize_unchanged():
-    after = check_before_after(QdqWeight, QdqWeight, fgr.FoldConstant("keep-qdq-weights", strict=True))
+    after = check_before_after(
+        QdqWeight, QdqWeight, fgr.FoldConstant("keep-qdq-weights", strict=True)
+    )
     assert len(op_calls(after, "relax.dequantize")) == 1
     decision = _decision(fgr.fold(QdqWeight, policy="keep-qdq-weights"), "w")
     assert decision.reason is Reason.KEPT_BY_POLICY
@@ -264,7 +264,11 @@ def test_keep_qdq_weights_keeps_dequantize_unchanged():
 
 def test_allow_overrides_keeping_policy():
     """w = dequantize(<int8>); wa = allow(w) ==> <int8 * 0.5> under keep-qdq-weights"""
-    check_before_after(AllowedQdqWeight, AllowedQdqWeightExpected, fgr.FoldConstant("keep-qdq-weights", strict=True))
+    check_before_after(
+        AllowedQdqWeight,
+        AllowedQdqWeightExpected,
+        fgr.FoldConstant("keep-qdq-weights", strict=True),
+    )
     decision = _decision(fgr.fold(AllowedQdqWeight, policy="keep-qdq-weights"), "w")
     assert decision.reason is Reason.FOLDED and decision.rule == "fold_allow"
 
@@ -282,7 +286,9 @@ class OutsideDataflow:
 class AllowOutsideDataflow:
     @R.function
     def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
-        a = R.add(R.const(A), R.const(B))  # folds: in an allowed subgraph (IR default would keep it)
+        a = R.add(
+            R.const(A), R.const(B)
+        )  # folds: in an allowed subgraph (IR default would keep it)
         b = R.fold_allow(a)  # folds: operand constant
         y = R.add(x, b)  # kept: x is a run-time input
         return y
@@ -301,7 +307,9 @@ class LargeCreation:
     @R.function
     def main(x: R.Tensor((40, 40), "float32")) -> R.Tensor((40, 40), "float32"):
         with R.dataflow():
-            o = R.ones((40, 40), "float32")  # kept: creation op of 1600 > 1024 elements (stock rule)
+            o = R.ones(
+                (40, 40), "float32"
+            )  # kept: creation op of 1600 > 1024 elements (stock rule)
             y = R.add(x, o)  # kept: x is a run-time input
             R.output(y)
         return y
@@ -329,7 +337,9 @@ class AllowLargeCreationExpected:
         return y
 
 
-@pytest.mark.parametrize("before", [OutsideDataflow, LargeCreation], ids=["outside-dataflow", "large-creation"])
+@pytest.mark.parametrize(
+    "before", [OutsideDataflow, LargeCreation], ids=["outside-dataflow", "large-creation"]
+)
 def test_ir_default_keeps_unchanged(before):
     check_before_after(before, before, STRICT)
     check_before_after(before, before, relax.transform.FoldConstant())  # the same as stock
@@ -339,7 +349,10 @@ def test_ir_default_keeps_unchanged(before):
 
 @pytest.mark.parametrize(
     "before, expected",
-    [(AllowOutsideDataflow, AllowOutsideDataflowExpected), (AllowLargeCreation, AllowLargeCreationExpected)],
+    [
+        (AllowOutsideDataflow, AllowOutsideDataflowExpected),
+        (AllowLargeCreation, AllowLargeCreationExpected),
+    ],
     ids=["outside-dataflow", "large-creation"],
 )
 def test_allow_overrides_ir_default(before, expected):
@@ -378,7 +391,9 @@ class BarrierInsideAllowExpected:
 
 def test_barrier_inside_allowed_subgraph_wins():
     """a = A+B; b = barrier(a); c = b*B; d = allow(c) ==> b = barrier(<A+B>); c, d stay"""
-    check_before_after(BarrierInsideAllow, BarrierInsideAllowExpected, fgr.FoldConstant(strict=False))
+    check_before_after(
+        BarrierInsideAllow, BarrierInsideAllowExpected, fgr.FoldConstant(strict=False)
+    )
     result = fgr.fold(BarrierInsideAllow)
     assert _decision(result, "c").reason is Reason.KEPT_BY_BARRIER
     assert _decision(result, "d").reason is Reason.KEPT_BY_BARRIER
@@ -413,7 +428,9 @@ def test_allow_over_runtime_value_stays():
 
 def test_allow_over_runtime_value_strict_raises():
     saved = tvm.ir.save_json(AllowOverRuntime)
-    with pytest.raises(fold_guard.FoldNotPossibleError, match=r"function main: b = fold_allow") as info:
+    with pytest.raises(
+        fold_guard.FoldNotPossibleError, match=r"function main: b = fold_allow"
+    ) as info:
         fgr.fold(AllowOverRuntime, strict=True)
     assert "input a is not constant" in str(info.value)
     assert tvm.ir.save_json(AllowOverRuntime) == saved
@@ -526,8 +543,8 @@ def test_builder_api_matches_tvmscript():
 
 def test_public_tvmscript_namespace_parses_annotations():
     """Both namespaces TVMScript resolves ``R`` to know the annotations."""
-    import tvm.script.parser.relax as parser_R  # noqa: N812 - what from_source calls R
-    from tvm.script import relax as public_R  # noqa: N812 - what user code calls R
+    import tvm.script.parser.relax as parser_R
+    from tvm.script import relax as public_R
 
     for namespace in (parser_R, public_R):
         assert namespace.fold_barrier is fgr.fold_barrier and namespace.fold_allow is fgr.fold_allow
@@ -546,16 +563,25 @@ def test_public_tvmscript_namespace_parses_annotations():
 
 
 def test_importing_twice_is_harmless():
-    before_names = [n for n in tvm.ir.Op.list_op_names() if n in ("relax.fold_barrier", "relax.fold_allow")]
+    before_names = [
+        n for n in tvm.ir.Op.list_op_names() if n in ("relax.fold_barrier", "relax.fold_allow")
+    ]
     importlib.reload(fgr)
     importlib.reload(fgr)
-    after_names = [n for n in tvm.ir.Op.list_op_names() if n in ("relax.fold_barrier", "relax.fold_allow")]
+    after_names = [
+        n for n in tvm.ir.Op.list_op_names() if n in ("relax.fold_barrier", "relax.fold_allow")
+    ]
     assert sorted(before_names) == sorted(after_names) == ["relax.fold_allow", "relax.fold_barrier"]
     # The ops, the parser and the pass all still work after the reload.
-    tvm.ir.assert_structural_equal(tvm.script.from_source(BarrierInsideAllow.script(show_meta=True)), BarrierInsideAllow)
-    check_before_after(BarrierOnConstantSubgraph, BarrierOnConstantSubgraphExpected, fgr.FoldConstant(strict=True))
+    tvm.ir.assert_structural_equal(
+        tvm.script.from_source(BarrierInsideAllow.script(show_meta=True)), BarrierInsideAllow
+    )
+    check_before_after(
+        BarrierOnConstantSubgraph, BarrierOnConstantSubgraphExpected, fgr.FoldConstant(strict=True)
+    )
     assert tvm_ffi.structural_equal(
-        fgr.fold_barrier(relax.const(A)), relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [relax.const(A)])
+        fgr.fold_barrier(relax.const(A)),
+        relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [relax.const(A)]),
     )
 
 
@@ -586,6 +612,8 @@ def test_tvmscript_parses_after_plain_import_fold_guard(tmp_path):
     )
     path = tmp_path / "annotated.py"  # the parser reads the source back, so not `python -c`
     path.write_text(script)
-    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["relax.fold_allow", "relax.fold_barrier"]

@@ -15,16 +15,15 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
+from test_errors import AllowDynamic, AllowUnsupported, EvalFails
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
-from tvm.script import tirx as T
 
 import fold_guard
 import fold_guard.relax as fgr
-from fold_guard import Action, FoldPolicy, Rule
-from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
-from test_errors import AllowDynamic, AllowUnsupported, EvalFails
+from fold_guard import FoldPolicy, Rule
 
 A = np.arange(4, dtype="float32")
 
@@ -46,24 +45,40 @@ def _exp_module() -> tvm.IRModule:
 
 def _raw(bindings, ret_var, ret_ty, params=()) -> tvm.IRModule:
     """A module built without the normalizer (the shape hostile builders produce)."""
-    func = relax.Function(list(params), relax.SeqExpr([relax.BindingBlock(bindings)], ret_var), ret_ty)
+    func = relax.Function(
+        list(params), relax.SeqExpr([relax.BindingBlock(bindings)], ret_var), ret_ty
+    )
     return tvm.IRModule({"main": func})
 
 
 def _annotation_over_shape() -> tvm.IRModule:
     s = relax.Var("s", relax.ShapeType([4]))
-    return _raw([relax.VarBinding(s, relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [relax.ShapeExpr([4])]))], s, relax.ShapeType([4]))
+    return _raw(
+        [
+            relax.VarBinding(
+                s, relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [relax.ShapeExpr([4])])
+            )
+        ],
+        s,
+        relax.ShapeType([4]),
+    )
 
 
 def _two_operand_annotation() -> tvm.IRModule:
     c = relax.const(A)
     b = relax.Var("b", relax.TensorType((4,), "float32"))
-    return _raw([relax.VarBinding(b, relax.Call(tvm.ir.Op.get("relax.fold_allow"), [c, c]))], b, relax.TensorType((4,), "float32"))
+    return _raw(
+        [relax.VarBinding(b, relax.Call(tvm.ir.Op.get("relax.fold_allow"), [c, c]))],
+        b,
+        relax.TensorType((4,), "float32"),
+    )
 
 
 def _unnormalized() -> tvm.IRModule:
     lv = relax.Var("lv", relax.TensorType((4,), "float32"))
-    return _raw([relax.VarBinding(lv, relax.op.exp(relax.const(A)))], lv, relax.TensorType((4,), "float32"))
+    return _raw(
+        [relax.VarBinding(lv, relax.op.exp(relax.const(A)))], lv, relax.TensorType((4,), "float32")
+    )
 
 
 @I.ir_module
@@ -109,7 +124,11 @@ def _not_well_formed() -> tvm.IRModule:
 
 def _nested_annotations() -> tvm.IRModule:
     c = relax.const(A)
-    return _module(lambda x: relax.op.add(x, fgr.fold_barrier(fgr.fold_barrier(fgr.fold_allow(relax.op.exp(c))))))
+    return _module(
+        lambda x: relax.op.add(
+            x, fgr.fold_barrier(fgr.fold_barrier(fgr.fold_allow(relax.op.exp(c))))
+        )
+    )
 
 
 def _dtype_module(dtype: str) -> tvm.IRModule:
@@ -125,7 +144,9 @@ def _dtype_module(dtype: str) -> tvm.IRModule:
 
 def _nonfinite_module() -> tvm.IRModule:
     c = relax.const(np.array([np.nan, np.inf, -np.inf, 1.0], "float32"))
-    return _module(lambda x: relax.op.add(x, relax.op.multiply(relax.op.exp(c), relax.const(np.float32(2)))))
+    return _module(
+        lambda x: relax.op.add(x, relax.op.multiply(relax.op.exp(c), relax.const(np.float32(2))))
+    )
 
 
 def _like_stock(result, mod) -> None:
@@ -135,7 +156,11 @@ def _like_stock(result, mod) -> None:
         stock = relax.transform.FoldConstant()(mod)
     except Exception:  # noqa: BLE001 - stock's failure on exotic dtypes is what we compare with
         assert relax.analysis.well_formed(result.mod)
-        cannot = {fold_guard.Reason.UNSUPPORTED, fold_guard.Reason.EVAL_FAILED, fold_guard.Reason.NOT_CONSTANT}
+        cannot = {
+            fold_guard.Reason.UNSUPPORTED,
+            fold_guard.Reason.EVAL_FAILED,
+            fold_guard.Reason.NOT_CONSTANT,
+        }
         assert all(d.reason in cannot for d in result.plan.kept), result.plan.explain()
         return
     assert tvm_ffi.structural_equal(result.mod, stock)
@@ -146,44 +171,196 @@ STRICT = lambda mod: fgr.fold(mod, strict=True)  # noqa: E731
 
 KINDS: Dict[str, Kind] = {
     # not a module at all
-    "not-a-module-none": Kind(lambda: None, FOLD, fold_guard.UnsupportedIRError, r"expects a tvm.IRModule, got NoneType"),
-    "not-a-module-str": Kind(lambda: "def main(): ...", FOLD, fold_guard.UnsupportedIRError, r"got str"),
-    "not-a-module-function": Kind(lambda: _exp_module()["main"], lambda f: fgr.plan(f), fold_guard.UnsupportedIRError, r"got Function.*tvm.IRModule\(\{'main': func\}\)"),
+    "not-a-module-none": Kind(
+        lambda: None, FOLD, fold_guard.UnsupportedIRError, r"expects a tvm.IRModule, got NoneType"
+    ),
+    "not-a-module-str": Kind(
+        lambda: "def main(): ...", FOLD, fold_guard.UnsupportedIRError, r"got str"
+    ),
+    "not-a-module-function": Kind(
+        lambda: _exp_module()["main"],
+        lambda f: fgr.plan(f),
+        fold_guard.UnsupportedIRError,
+        r"got Function.*tvm.IRModule\(\{'main': func\}\)",
+    ),
     "not-a-module-ndarray": Kind(lambda: A, FOLD, fold_guard.UnsupportedIRError, r"got ndarray"),
     # policies
-    "unknown-policy": Kind(_exp_module, lambda m: fgr.fold(m, policy="npu-turbo"), fold_guard.UnknownPolicyError, r"unknown fold policy 'npu-turbo'; registered"),
-    "misspelt-policy": Kind(_exp_module, lambda m: fgr.fold(m, policy="keep-qdq-weight"), fold_guard.UnknownPolicyError, r"'keep-qdq-weight'; did you mean 'keep-qdq-weights'\?"),
-    "misspelt-policy-in-pass": Kind(_exp_module, lambda m: fgr.FoldConstant("Default")(m), fold_guard.UnknownPolicyError, r"'Default'; did you mean 'default'\?"),
-    "misspelt-policy-in-list": Kind(_exp_module, lambda m: fgr.plan(m, ["default", "size-gaurd"]), fold_guard.UnknownPolicyError, r"'size-gaurd'; did you mean 'size-guard'\?"),
-    "empty-policy-list": Kind(_exp_module, lambda m: fgr.fold(m, policy=[]), fold_guard.PreconditionError, r"non-empty list of them, got \[\]"),
-    "policy-of-wrong-type": Kind(_exp_module, lambda m: fgr.fold(m, policy=42), fold_guard.PreconditionError, r"policy must be .*, got 42"),
-    "duplicate-registration": Kind(_exp_module, register_twice, fold_guard.PreconditionError, r"a policy named 'my-npu' is already registered"),
-    "raising-rule": Kind(_exp_module, lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: 1 / 0)), fold_guard.PolicyRuleError, r"policy 'my-npu', rule 'keep-exp', on main: lv = relax.exp: the predicate raised ZeroDivisionError"),
-    "non-bool-rule": Kind(_exp_module, lambda m: fgr.FoldConstant(keep_exp_policy(lambda call: "no"))(m), fold_guard.PolicyRuleError, r"rule 'keep-exp', on main: lv = relax.exp: the predicate returned str 'no'"),
-    "ndarray-rule": Kind(_exp_module, lambda m: fgr.plan(m, keep_exp_policy(lambda call: np.ones(2, bool))), fold_guard.PolicyRuleError, r"on main: lv = relax.exp: the predicate returned ndarray"),
-    "rule-with-str-action": Kind(_exp_module, lambda m: fgr.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "keep", "d", bool),))), fold_guard.PreconditionError, r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'keep'"),
-    "size-guard-str": Kind(_exp_module, lambda m: fgr.fold(m, policy=fold_guard.size_guard("2")), fold_guard.PreconditionError, r"size_guard growth_factor must be a number > 0, got '2'"),
-    "negative-budget": Kind(_exp_module, lambda m: fgr.fold(m, max_fold_bytes=-1), fold_guard.PreconditionError, r"max_fold_bytes must be a byte count .* got int -1"),
-    "budget-as-str": Kind(_exp_module, lambda m: fgr.FoldConstant(max_fold_bytes="1G")(m), fold_guard.PreconditionError, r"max_fold_bytes must be a byte count .* got str '1G'"),
+    "unknown-policy": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy="npu-turbo"),
+        fold_guard.UnknownPolicyError,
+        r"unknown fold policy 'npu-turbo'; registered",
+    ),
+    "misspelt-policy": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy="keep-qdq-weight"),
+        fold_guard.UnknownPolicyError,
+        r"'keep-qdq-weight'; did you mean 'keep-qdq-weights'\?",
+    ),
+    "misspelt-policy-in-pass": Kind(
+        _exp_module,
+        lambda m: fgr.FoldConstant("Default")(m),
+        fold_guard.UnknownPolicyError,
+        r"'Default'; did you mean 'default'\?",
+    ),
+    "misspelt-policy-in-list": Kind(
+        _exp_module,
+        lambda m: fgr.plan(m, ["default", "size-gaurd"]),
+        fold_guard.UnknownPolicyError,
+        r"'size-gaurd'; did you mean 'size-guard'\?",
+    ),
+    "empty-policy-list": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=[]),
+        fold_guard.PreconditionError,
+        r"non-empty list of them, got \[\]",
+    ),
+    "policy-of-wrong-type": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=42),
+        fold_guard.PreconditionError,
+        r"policy must be .*, got 42",
+    ),
+    "duplicate-registration": Kind(
+        _exp_module,
+        register_twice,
+        fold_guard.PreconditionError,
+        r"a policy named 'my-npu' is already registered",
+    ),
+    "raising-rule": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: 1 / 0)),
+        fold_guard.PolicyRuleError,
+        r"policy 'my-npu', rule 'keep-exp', on main: lv = relax.exp: the predicate raised ZeroDivisionError",
+    ),
+    "non-bool-rule": Kind(
+        _exp_module,
+        lambda m: fgr.FoldConstant(keep_exp_policy(lambda call: "no"))(m),
+        fold_guard.PolicyRuleError,
+        r"rule 'keep-exp', on main: lv = relax.exp: the predicate returned str 'no'",
+    ),
+    "ndarray-rule": Kind(
+        _exp_module,
+        lambda m: fgr.plan(m, keep_exp_policy(lambda call: np.ones(2, bool))),
+        fold_guard.PolicyRuleError,
+        r"on main: lv = relax.exp: the predicate returned ndarray",
+    ),
+    "rule-with-str-action": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "keep", "d", bool),))),
+        fold_guard.PreconditionError,
+        r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'keep'",
+    ),
+    "size-guard-str": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=fold_guard.size_guard("2")),
+        fold_guard.PreconditionError,
+        r"size_guard growth_factor must be a number > 0, got '2'",
+    ),
+    "negative-budget": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, max_fold_bytes=-1),
+        fold_guard.PreconditionError,
+        r"max_fold_bytes must be a byte count .* got int -1",
+    ),
+    "budget-as-str": Kind(
+        _exp_module,
+        lambda m: fgr.FoldConstant(max_fold_bytes="1G")(m),
+        fold_guard.PreconditionError,
+        r"max_fold_bytes must be a byte count .* got str '1G'",
+    ),
     # annotations
-    "conflicting-annotations": Kind(lambda: Conflicting, FOLD, fold_guard.ConflictingAnnotationsError, r"conflicting annotations in main: a = fold_allow\(b\) where b = fold_barrier"),
-    "annotation-over-shape": Kind(_annotation_over_shape, FOLD, fold_guard.UnsupportedIRError, r"function main: s = fold_barrier annotates tensors only, but its operand R.shape\(\[4\]\) is a ShapeType"),
-    "annotation-two-operands": Kind(_two_operand_annotation, lambda m: fgr.plan(m), fold_guard.UnsupportedIRError, r"function main: b = relax.fold_allow has 2 operands, expected 1"),
-    "annotate-a-non-expression": Kind(lambda: A, fgr.fold_barrier, fold_guard.UnsupportedIRError, r"fold_barrier expects a Relax expression, got ndarray"),
-    "nested-annotations": Kind(_nested_annotations, STRICT, check=lambda r, m: (_count(r.mod, "relax.fold_barrier") == 2) or pytest.fail("barriers lost")),
+    "conflicting-annotations": Kind(
+        lambda: Conflicting,
+        FOLD,
+        fold_guard.ConflictingAnnotationsError,
+        r"conflicting annotations in main: a = fold_allow\(b\) where b = fold_barrier",
+    ),
+    "annotation-over-shape": Kind(
+        _annotation_over_shape,
+        FOLD,
+        fold_guard.UnsupportedIRError,
+        r"function main: s = fold_barrier annotates tensors only, but its operand R.shape\(\[4\]\) is a ShapeType",
+    ),
+    "annotation-two-operands": Kind(
+        _two_operand_annotation,
+        lambda m: fgr.plan(m),
+        fold_guard.UnsupportedIRError,
+        r"function main: b = relax.fold_allow has 2 operands, expected 1",
+    ),
+    "annotate-a-non-expression": Kind(
+        lambda: A,
+        fgr.fold_barrier,
+        fold_guard.UnsupportedIRError,
+        r"fold_barrier expects a Relax expression, got ndarray",
+    ),
+    "nested-annotations": Kind(
+        _nested_annotations,
+        STRICT,
+        check=lambda r, m: (
+            (_count(r.mod, "relax.fold_barrier") == 2) or pytest.fail("barriers lost")
+        ),
+    ),
     # strict: what cannot fold is an error naming the allow and the cause
-    "allow-over-non-constant-strict": Kind(lambda: AllowRuntime, STRICT, fold_guard.FoldNotPossibleError, r"function main: a = fold_allow\(\.\.\.\) cannot fold: not constant: input e is not constant"),
-    "allow-over-dynamic-shape-strict": Kind(lambda: AllowDynamic, STRICT, fold_guard.FoldNotPossibleError, r"function main: a = fold_allow\(\.\.\.\) cannot fold: dynamic shape: operand z cannot fold"),
-    "allow-over-impure-or-opaque-strict": Kind(lambda: AllowImpure, STRICT, fold_guard.FoldNotPossibleError, r"function main: a = fold_allow\(\.\.\.\) cannot fold: (impure|unsupported): operand p cannot fold"),
-    "allow-over-unsupported-strict": Kind(lambda: AllowUnsupported, STRICT, fold_guard.FoldNotPossibleError, r"a = fold_allow\(\.\.\.\) cannot fold: unsupported: operand z cannot fold.*FLegalize"),
-    "not-well-formed-strict": Kind(_not_well_formed, STRICT, fold_guard.PreconditionError, r"the input module is not well formed.*relax.analysis.well_formed"),
+    "allow-over-non-constant-strict": Kind(
+        lambda: AllowRuntime,
+        STRICT,
+        fold_guard.FoldNotPossibleError,
+        r"function main: a = fold_allow\(\.\.\.\) cannot fold: not constant: input e is not constant",
+    ),
+    "allow-over-dynamic-shape-strict": Kind(
+        lambda: AllowDynamic,
+        STRICT,
+        fold_guard.FoldNotPossibleError,
+        r"function main: a = fold_allow\(\.\.\.\) cannot fold: dynamic shape: operand z cannot fold",
+    ),
+    "allow-over-impure-or-opaque-strict": Kind(
+        lambda: AllowImpure,
+        STRICT,
+        fold_guard.FoldNotPossibleError,
+        r"function main: a = fold_allow\(\.\.\.\) cannot fold: (impure|unsupported): operand p cannot fold",
+    ),
+    "allow-over-unsupported-strict": Kind(
+        lambda: AllowUnsupported,
+        STRICT,
+        fold_guard.FoldNotPossibleError,
+        r"a = fold_allow\(\.\.\.\) cannot fold: unsupported: operand z cannot fold.*FLegalize",
+    ),
+    "not-well-formed-strict": Kind(
+        _not_well_formed,
+        STRICT,
+        fold_guard.PreconditionError,
+        r"the input module is not well formed.*relax.analysis.well_formed",
+    ),
     # structure
-    "not-normalized": Kind(_unnormalized, FOLD, fold_guard.PreconditionError, r"function main: lv = relax.exp\(\.\.\.\) has no type yet.*Normalize"),
-    "evaluation-fails-strict": Kind(lambda: EvalFails, STRICT, fold_guard.FoldNotPossibleError, r"function main: evaluating c = relax.call_tir failed: .*boom: first element too small"),
+    "not-normalized": Kind(
+        _unnormalized,
+        FOLD,
+        fold_guard.PreconditionError,
+        r"function main: lv = relax.exp\(\.\.\.\) has no type yet.*Normalize",
+    ),
+    "evaluation-fails-strict": Kind(
+        lambda: EvalFails,
+        STRICT,
+        fold_guard.FoldNotPossibleError,
+        r"function main: evaluating c = relax.call_tir failed: .*boom: first element too small",
+    ),
     # unusual but valid: folds as stock does, or keeps with a reason where stock fails
     "nan-and-inf": Kind(_nonfinite_module, FOLD, check=_like_stock),
 }
-for _dtype in ("bool", "int8", "uint8", "int64", "float16", "float64", "bfloat16", "int4", "uint4", "float8_e4m3fn", "float8_e5m2"):
+for _dtype in (
+    "bool",
+    "int8",
+    "uint8",
+    "int64",
+    "float16",
+    "float64",
+    "bfloat16",
+    "int4",
+    "uint4",
+    "float8_e4m3fn",
+    "float8_e5m2",
+):
     KINDS[f"dtype-{_dtype}"] = Kind(lambda d=_dtype: _dtype_module(d), FOLD, check=_like_stock)
 
 

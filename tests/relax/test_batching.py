@@ -32,8 +32,20 @@ def qdq_chain(weight_shapes: Sequence[Tuple[int, int]], seed: int = 0) -> tvm.IR
                 weight = rng.standard_normal((rows, cols)).astype("float32")
                 scale = (np.abs(weight).max(axis=1) / 127.0).astype("float32")
                 zero = np.zeros(rows, "int8")
-                q = bb.emit(relax.op.quantize(relax.const(weight), relax.const(scale), relax.const(zero), axis=0, out_dtype="int8"))
-                dq = bb.emit(relax.op.dequantize(q, relax.const(scale), relax.const(zero), axis=0, out_dtype="float32"))
+                q = bb.emit(
+                    relax.op.quantize(
+                        relax.const(weight),
+                        relax.const(scale),
+                        relax.const(zero),
+                        axis=0,
+                        out_dtype="int8",
+                    )
+                )
+                dq = bb.emit(
+                    relax.op.dequantize(
+                        q, relax.const(scale), relax.const(zero), axis=0, out_dtype="float32"
+                    )
+                )
                 act = bb.emit(relax.op.matmul(act, dq))
             out = bb.emit_output(act)
         bb.emit_func_output(out)
@@ -67,7 +79,9 @@ def test_scalar_scales_do_not_multiply_kernels() -> None:
             for _ in range(5):
                 w = relax.const(rng.standard_normal(4).astype("float32"))
                 scale = relax.const(np.float32(rng.uniform(0.01, 0.1)))
-                q = bb.emit(relax.op.quantize(w, scale, relax.const(np.int8(0)), axis=0, out_dtype="int8"))
+                q = bb.emit(
+                    relax.op.quantize(w, scale, relax.const(np.int8(0)), axis=0, out_dtype="int8")
+                )
                 acc = bb.emit(relax.op.add(acc, relax.op.astype(q, "float32")))
             out = bb.emit_output(acc)
         bb.emit_func_output(out)
@@ -105,7 +119,11 @@ def test_report_counts_constant_bytes_and_kernels() -> None:
     x = relax.Var("x", relax.TensorType((2, 2), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            c = bb.emit(relax.op.add(relax.const(np.ones((2, 2), "float32")), relax.const(np.ones((2, 2), "float32"))))
+            c = bb.emit(
+                relax.op.add(
+                    relax.const(np.ones((2, 2), "float32")), relax.const(np.ones((2, 2), "float32"))
+                )
+            )
             out = bb.emit_output(relax.op.add(x, c))
         bb.emit_func_output(out)
     report = fgr.fold(bb.get(), strict=True).report

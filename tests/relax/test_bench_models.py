@@ -13,23 +13,28 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import pytest
 import tvm
+from _common.onnx_models import import_relax
 from tvm import relax
 
 import fold_guard.relax as fgr
-from _common.onnx_models import import_relax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import real_models  # noqa: E402
+import real_models
 
 TINY = 8
 
 #: Weight layers of each architecture: Conv / Gemm on a weight, embedding Gather (BERT's word,
 #: position and token-type tables). The same at every width.
-LAYERS = {"resnet50": 54, "mobilenet_v2": 53, "efficientnet_b0": 82, "vit_small": 74, "bert_tiny": 16}
+LAYERS = {
+    "resnet50": 54,
+    "mobilenet_v2": 53,
+    "efficientnet_b0": 82,
+    "vit_small": 74,
+    "bert_tiny": 16,
+}
 
 
 @pytest.mark.parametrize("name", sorted(real_models.MODELS))

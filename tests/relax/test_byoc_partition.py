@@ -19,18 +19,16 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
-import pytest
-
 import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
-
-import tvm  # noqa: E402
-from tvm import relax  # noqa: E402
-from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: E402
-
-import fold_guard.relax as fgr  # noqa: E402
+import pytest
+import tvm
+from _common import onnx_models, relax_byoc
 from golden import op_calls
-from _common import onnx_models, relax_byoc  # noqa: E402
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+import fold_guard.relax as fgr
 
 POLICY = "qdq-accelerator"
 MAKERS: Dict[str, Callable[..., Any]] = {
@@ -65,17 +63,20 @@ def _onnx_weight_ops(model) -> Tuple[int, int]:
         if source in initializers:
             return True
         quantize = producers.get(source)
-        return quantize is not None and quantize.op_type == "QuantizeLinear" and quantize.input[0] in initializers
+        return (
+            quantize is not None
+            and quantize.op_type == "QuantizeLinear"
+            and quantize.input[0] in initializers
+        )
 
     ops = [node for node in model.graph.node if node.op_type in WEIGHT_OPS]
     return sum(quantized_constant(node.input[1]) for node in ops), len(ops)
 
 
-
-
 def _codegen_functions(mod: tvm.IRModule) -> List[relax.Function]:
     return [
-        func for func in mod.functions.values()
+        func
+        for func in mod.functions.values()
         if isinstance(func, relax.Function) and func.attrs is not None and "Codegen" in func.attrs
     ]
 
@@ -103,14 +104,16 @@ class _BarrierOnWeights(PyExprMutator):
             return "int" in str(data.value.numpy().dtype)
         bound = self.lookup_binding(data) if isinstance(data, relax.Var) else None
         return (
-            isinstance(bound, relax.Call) and bound.op.name == "relax.quantize"
+            isinstance(bound, relax.Call)
+            and bound.op.name == "relax.quantize"
             and isinstance(bound.args[0], tvm.ir.GenericConst)
         )
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         if (
-            isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.dequantize"
+            isinstance(call.op, tvm.ir.Op)
+            and call.op.name == "relax.dequantize"
             and (self.limit is None or self.placed < self.limit)
             and self._is_weight(call.args[0])
             # conv / matmul weights have 2 or more dimensions; biases and norm scales have 1
@@ -119,7 +122,9 @@ class _BarrierOnWeights(PyExprMutator):
         ):
             self.placed += 1
             barrier = self.builder_.emit(fgr.fold_barrier(call.args[0]))
-            return relax.Call(call.op, [barrier, *call.args[1:]], call.attrs, call.ty_args, call.span)
+            return relax.Call(
+                call.op, [barrier, *call.args[1:]], call.attrs, call.ty_args, call.span
+            )
         return call
 
 
@@ -155,7 +160,9 @@ class _Model:
         return self._once("ours", lambda: fgr.FoldConstant(POLICY)(self.imported))
 
     def partitioned(self, stage: str) -> tvm.IRModule:
-        return self._once(f"partitioned-{stage}", lambda: relax_byoc.partition_for_qdq_npu(getattr(self, stage)))
+        return self._once(
+            f"partitioned-{stage}", lambda: relax_byoc.partition_for_qdq_npu(getattr(self, stage))
+        )
 
 
 _MODELS: Dict[Tuple[str, bool], _Model] = {}
@@ -219,7 +226,9 @@ def test_qdq_accelerator_fold_keeps_every_pattern(model):
     # Exactly the int8 constants of the import: nothing evaluated, nothing lost.
     imported = relax_byoc.composite_weights(model.partitioned("imported"))
     assert [name for name, _ in weights] == [name for name, _ in imported]
-    for got, want in zip(_sorted_arrays(a for _, a in weights), _sorted_arrays(a for _, a in imported)):
+    for got, want in zip(
+        _sorted_arrays(a for _, a in weights), _sorted_arrays(a for _, a in imported)
+    ):
         np.testing.assert_array_equal(got, want)
 
 
@@ -227,11 +236,13 @@ def test_dedicated_dequantize_is_what_lets_shared_activations_match(model):
     """Without the per-consumer dequantize copies, a dequantized activation read by several ops
     (residual shortcut, Q/K/V) would leak out of any composite that took it in, so the pattern
     check refuses those matches; the plain chain CNN has no shared activation and needs no copy."""
-    mod = relax.transform.FuseOpsByPattern(relax_byoc.qdq_pattern_table(), bind_constants=True)(model.ours)
-    counts = relax_byoc.count_offloaded(relax.transform.MergeCompositeFunctions()(mod))
-    shared = len(op_calls(relax_byoc.dedicate_activation_dequantize(model.ours), "relax.dequantize")) - len(
-        op_calls(model.ours, "relax.dequantize")
+    mod = relax.transform.FuseOpsByPattern(relax_byoc.qdq_pattern_table(), bind_constants=True)(
+        model.ours
     )
+    counts = relax_byoc.count_offloaded(relax.transform.MergeCompositeFunctions()(mod))
+    shared = len(
+        op_calls(relax_byoc.dedicate_activation_dequantize(model.ours), "relax.dequantize")
+    ) - len(op_calls(model.ours, "relax.dequantize"))
     if model.name == "qdq_cnn":
         assert shared == 0 and counts["offloaded"] == model.n_quantized
     else:
@@ -246,11 +257,15 @@ def test_float_weights_match_only_after_quantize_folds(float_model):
     assert model.n_quantized == _model(model.name).n_quantized
     # quantize(<fp32 const>) is no int8 constant yet: the backend cannot take the weight.
     assert relax_byoc.count_quantized_ops(model.imported) == 0
-    assert relax_byoc.count_quantized_ops(model.imported, through_quantize=True) == model.n_quantized
+    assert (
+        relax_byoc.count_quantized_ops(model.imported, through_quantize=True) == model.n_quantized
+    )
     _expect_offloaded(relax_byoc.count_offloaded(model.partitioned("imported")), model, 0)
     # Stock folds quantize and dequantize alike; ours folds the quantize into the int8 weight.
     _expect_offloaded(relax_byoc.count_offloaded(model.partitioned("stock")), model, 0)
-    _expect_offloaded(relax_byoc.count_offloaded(model.partitioned("ours")), model, model.n_quantized)
+    _expect_offloaded(
+        relax_byoc.count_offloaded(model.partitioned("ours")), model, model.n_quantized
+    )
     assert relax_byoc.count_quantized_ops(model.ours) == model.n_quantized
 
 
@@ -277,7 +292,10 @@ def test_float_weights_fold_to_the_stock_pass_int8_values(float_model):
     for got, want in zip(_sorted_arrays(ours), _sorted_arrays(reference), strict=True):
         np.testing.assert_array_equal(got, want)
     # And they are the int8 weights onnxruntime's quantizer stored in the int8-weights model.
-    stored = [array for _, array in relax_byoc.composite_weights(_model(model.name).partitioned("imported"))]
+    stored = [
+        array
+        for _, array in relax_byoc.composite_weights(_model(model.name).partitioned("imported"))
+    ]
     for got, want in zip(_sorted_arrays(ours), _sorted_arrays(stored), strict=True):
         np.testing.assert_array_equal(got, want)
 
@@ -328,4 +346,6 @@ def test_partitioned_module_runs_like_the_unfolded_one(model):
     (unfolded,) = onnx_models.run_relax(model.imported, list(feed.values()))
     (partitioned,) = onnx_models.run_relax(runnable, list(feed.values()))
     np.testing.assert_array_equal(partitioned, unfolded)
-    np.testing.assert_allclose(partitioned, expected, rtol=0, atol=onnx_models.output_atol(model.onnx))
+    np.testing.assert_allclose(
+        partitioned, expected, rtol=0, atol=onnx_models.output_atol(model.onnx)
+    )

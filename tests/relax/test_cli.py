@@ -22,12 +22,12 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+from _common import onnx_models as om
 
 import fold_guard.relax as fgr
 from fold_guard.cli import SCHEMA_PATH
 from fold_guard.cli._check import compare_outputs
 from fold_guard.cli._progress import Progress
-from _common import onnx_models as om
 
 MODELS = sorted(om.MODEL_BUILDERS)
 REPO = Path(__file__).resolve().parents[2]
@@ -45,8 +45,13 @@ def model_files(tmp_path_factory) -> Dict[str, Path]:
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     """``python -m fold_guard ARGS`` with stdout/stderr captured (so stderr is not a terminal)."""
-    return subprocess.run([sys.executable, "-m", "fold_guard", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "fold_guard", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def imported(path: Path) -> tvm.IRModule:
@@ -74,7 +79,9 @@ def test_inspect_json_matches_the_schema_and_the_library(model_files, name):
     assert [(d["label"], d["op"], d["reason"]) for d in report["decisions"]] == [
         (d.label, d.op, d.reason.name.lower()) for d in plan.decisions
     ]
-    assert report["counts"]["by_reason"] == {r.name.lower(): n for r, n in plan.count_by_reason().items()}
+    assert report["counts"]["by_reason"] == {
+        r.name.lower(): n for r, n in plan.count_by_reason().items()
+    }
     # The weights and biases are kept by the rule; what reads them only because they were kept
     # has the distinct reason, pointing at a kept dequantize.
     decisions = report["decisions"]
@@ -89,14 +96,25 @@ def test_inspect_text_is_grouped_and_names_onnx_layers(model_files):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "by reason: 10 kept by policy, 5 kept because an input was kept, 40 not constant" in out
-    assert "keep-dequantize-of-integer-constant: kept 10 (+5 kept because an input was): conv0.weight_DequantizeLinear" in out
+    assert (
+        "keep-dequantize-of-integer-constant: kept 10 (+5 kept because an input was): conv0.weight_DequantizeLinear"
+        in out
+    )
     assert "input input" not in out
     assert len(out.splitlines()) < 25  # grouped: not one line per call
 
-    verbose = run("inspect", str(model_files["qdq_cnn"]), "-p", "keep-qdq-weights", "--verbose").stdout
+    verbose = run(
+        "inspect", str(model_files["qdq_cnn"]), "-p", "keep-qdq-weights", "--verbose"
+    ).stdout
     assert "main/lv6 [conv0] = relax.add -> float32[1, 8, 16, 16]: not constant" in verbose
-    assert "main/lv [input_QuantizeLinear] = relax.quantize -> uint8[1, 3, 16, 16]: not constant: 'input' is a run-time input" in verbose
-    assert "main/lv5 [conv0] = relax.reshape -> float32[1, 8, 1, 1]: kept because an input was kept" in verbose
+    assert (
+        "main/lv [input_QuantizeLinear] = relax.quantize -> uint8[1, 3, 16, 16]: "
+        "not constant: 'input' is a run-time input" in verbose
+    )
+    assert (
+        "main/lv5 [conv0] = relax.reshape -> float32[1, 8, 1, 1]: kept because an input was kept"
+        in verbose
+    )
 
 
 @pytest.mark.slow
@@ -115,7 +133,15 @@ def test_inspect_reads_tvm_json_and_tvmscript(model_files, tmp_path):
 
 @pytest.mark.slow
 def test_policies_compose_in_order(model_files):
-    result = run("inspect", str(model_files["qdq_cnn"]), "-p", "keep-qdq-weights", "-p", "size-guard", "--json")
+    result = run(
+        "inspect",
+        str(model_files["qdq_cnn"]),
+        "-p",
+        "keep-qdq-weights",
+        "-p",
+        "size-guard",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     plan = fgr.plan(imported(model_files["qdq_cnn"]), ["keep-qdq-weights", "size-guard"])
     assert json.loads(result.stdout)["policy"] == plan.policy_name
@@ -127,8 +153,21 @@ def test_policies_compose_in_order(model_files):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_fold_writes_what_the_library_returns(model_files, tmp_path, name):
-    out_json, out_py, report = tmp_path / "folded.json", tmp_path / "folded.py", tmp_path / "report.json"
-    result = run("fold", str(model_files[name]), "-p", "qdq-accelerator", "-o", str(out_json), "--report", str(report))
+    out_json, out_py, report = (
+        tmp_path / "folded.json",
+        tmp_path / "folded.py",
+        tmp_path / "report.json",
+    )
+    result = run(
+        "fold",
+        str(model_files[name]),
+        "-p",
+        "qdq-accelerator",
+        "-o",
+        str(out_json),
+        "--report",
+        str(report),
+    )
     assert result.returncode == 0, result.stderr
     expected = fgr.fold(imported(model_files[name]), policy="qdq-accelerator").mod
     tvm.ir.assert_structural_equal(tvm.ir.load_json(out_json.read_text()), expected)
@@ -143,7 +182,9 @@ def test_fold_writes_what_the_library_returns(model_files, tmp_path, name):
 @pytest.mark.slow
 def test_fold_annotate_writes_the_annotated_module(model_files, tmp_path):
     out = tmp_path / "annotated.json"
-    result = run("fold", str(model_files["qdq_cnn"]), "-p", "qdq-accelerator", "--annotate", "-o", str(out))
+    result = run(
+        "fold", str(model_files["qdq_cnn"]), "-p", "qdq-accelerator", "--annotate", "-o", str(out)
+    )
     assert result.returncode == 0, result.stderr
     expected = fgr.annotate(imported(model_files["qdq_cnn"]), policy="qdq-accelerator")
     tvm.ir.assert_structural_equal(tvm.ir.load_json(out.read_text()), expected.mod)
@@ -156,7 +197,15 @@ def test_fold_annotate_writes_the_annotated_module(model_files, tmp_path):
 @pytest.mark.slow
 def test_fold_check_builds_and_compares(model_files, tmp_path):
     out = tmp_path / "checked.json"
-    result = run("fold", str(model_files["residual_cnn"]), "-p", "keep-qdq-weights", "-o", str(out), "--check")
+    result = run(
+        "fold",
+        str(model_files["residual_cnn"]),
+        "-p",
+        "keep-qdq-weights",
+        "-o",
+        str(out),
+        "--check",
+    )
     assert result.returncode == 0, result.stderr
     assert "check: same outputs" in result.stdout and out.exists()
 
@@ -183,12 +232,12 @@ def test_compare_outputs_sees_a_difference():
 # policies, plugins, demo, help -----------------------------------------------------------------
 
 
-PLUGIN = '''
+PLUGIN = """
 from fold_guard import Action, FoldPolicy, Rule, register_policy
 register_policy(FoldPolicy("test-npu", "a test backend", (
     Rule("keep-every-dequantize", Action.KEEP, "keeps dequantize", lambda call: call.op == "relax.dequantize"),
 )))
-'''
+"""
 
 
 @pytest.mark.slow
@@ -200,14 +249,24 @@ def test_policies_lists_builtins_and_plugins(tmp_path):
     (tmp_path / "my_npu_plugin.py").write_text(PLUGIN)
     listing = run("policies", "--plugin", "my_npu_plugin", cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr
-    assert "test-npu: a test backend" in listing.stdout and "keep-every-dequantize" in listing.stdout
+    assert (
+        "test-npu: a test backend" in listing.stdout and "keep-every-dequantize" in listing.stdout
+    )
 
 
 @pytest.mark.slow
 def test_a_plugin_policy_can_be_used(model_files, tmp_path):
     (tmp_path / "my_npu_plugin.py").write_text(PLUGIN)
-    result = run("inspect", str(model_files["qdq_cnn"]), "--plugin", "my_npu_plugin", "-p", "test-npu", "--json",
-                 cwd=tmp_path)
+    result = run(
+        "inspect",
+        str(model_files["qdq_cnn"]),
+        "--plugin",
+        "my_npu_plugin",
+        "-p",
+        "test-npu",
+        "--json",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["counts"]["by_reason"]["kept_by_policy"] == 10
 
@@ -244,12 +303,25 @@ def _qoperator_model(path: Path) -> None:
     def const(name: str, value) -> onnx.TensorProto:
         return numpy_helper.from_array(np.asarray(value), name)
 
-    inits = [const("xs", np.float32(0.1)), const("xz", np.uint8(0)), const("w", np.ones((2, 1, 3, 3), np.int8)),
-             const("ws", np.float32(0.1)), const("wz", np.int8(0)), const("ys", np.float32(0.2)),
-             const("yz", np.uint8(0))]
-    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], name="qconv")
-    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 4, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 2, 2, 2])], inits)
+    inits = [
+        const("xs", np.float32(0.1)),
+        const("xz", np.uint8(0)),
+        const("w", np.ones((2, 1, 3, 3), np.int8)),
+        const("ws", np.float32(0.1)),
+        const("wz", np.int8(0)),
+        const("ys", np.float32(0.2)),
+        const("yz", np.uint8(0)),
+    ]
+    node = helper.make_node(
+        "QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], name="qconv"
+    )
+    graph = helper.make_graph(
+        [node],
+        "q",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 2, 2, 2])],
+        inits,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
 
 
@@ -269,8 +341,14 @@ def _bad_inputs(tmp_path: Path, model_files) -> List[tuple]:
         (["inspect", str(tmp_path / "garbage.json")], "garbage.json: not a TVM JSON file"),
         (["inspect", str(tmp_path / "garbage.py")], "garbage.py: expected exactly one IRModule"),
         (["inspect", str(tmp_path / "qlinear.onnx")], "QLinearConv"),
-        (["inspect", cnn, "-p", "keep-qdq-weight"], "--policy keep-qdq-weight: unknown policy (did you mean 'keep-qdq-weights'?)"),
-        (["inspect", cnn, "--plugin", "no_such_plugin_module"], "--plugin no_such_plugin_module: cannot import"),
+        (
+            ["inspect", cnn, "-p", "keep-qdq-weight"],
+            "--policy keep-qdq-weight: unknown policy (did you mean 'keep-qdq-weights'?)",
+        ),
+        (
+            ["inspect", cnn, "--plugin", "no_such_plugin_module"],
+            "--plugin no_such_plugin_module: cannot import",
+        ),
         (["inspect", cnn, "--ir", "relay"], "--ir relay: the installed TVM"),
         (["fold", cnn, "-o", str(tmp_path / "a_file" / "out.json")], "does not exist"),
         (["fold", cnn, "-o", str(tmp_path)], "is a directory"),
@@ -294,7 +372,9 @@ def test_bad_input_exits_2_with_one_line(model_files, tmp_path):
 @pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path):
     result = run("inspect", str(tmp_path / "missing.onnx"), "--debug")
-    assert result.returncode != 0 and "Traceback" in result.stderr and "no such file" in result.stderr
+    assert (
+        result.returncode != 0 and "Traceback" in result.stderr and "no such file" in result.stderr
+    )
 
 
 def test_progress_only_on_a_terminal():

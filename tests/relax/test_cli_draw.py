@@ -17,27 +17,34 @@ from pathlib import Path
 
 import onnx
 import pytest
+from _common import onnx_models as om
 from playwright.sync_api import sync_playwright
 
 import fold_guard.relax as fgr
 from fold_guard.cli._draw import CATEGORIES, category_of
-from _common import onnx_models as om
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 
 
 def _rgb(hex_colour: str) -> str:
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgb({r}, {g}, {b})"
 
 
 @pytest.fixture(scope="module")
 def browser():
-    assert os.path.exists(CHROMIUM), "chromium is missing: scripts/test.sh installs it (apt-get install chromium)"
+    assert os.path.exists(CHROMIUM), (
+        "chromium is missing: scripts/test.sh installs it (apt-get install chromium)"
+    )
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
@@ -62,7 +69,10 @@ def draw(model: Path, out: Path, *policy: str) -> None:
 def open_page(browser, path: Path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     problems = []
-    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on(
+        "console",
+        lambda message: problems.append(message.text) if message.type == "error" else None,
+    )
     page.on("pageerror", lambda error: problems.append(str(error)))
     requests = []
     page.on("request", lambda request: requests.append(request.url))
@@ -88,7 +98,9 @@ def test_html_plan_in_chromium(browser, cnn, tmp_path):
         assert category == expected, node_id
         assert fill == _rgb(CATEGORIES[expected][1]), (node_id, fill)
     assert Counter(category for _, category, _ in shown) == {
-        "kept_by_rule": 10, "kept_with_input": 5, "not_constant": 40,
+        "kept_by_rule": 10,
+        "kept_with_input": 5,
+        "not_constant": 40,
     }
     legend = page.locator("g.legend-item").all_text_contents()
     assert legend == [text for text, _ in CATEGORIES.values()]
@@ -99,7 +111,11 @@ def test_html_plan_in_chromium(browser, cnn, tmp_path):
     text = info.inner_text()
     assert "kept by policy [keep-dequantize-of-integer-constant]" in text
     assert "conv0.weight_DequantizeLinear" in text and "float32[8, 3, 3, 3]" in text
-    assert page.locator("g.node[data-id='2'] > title").text_content().startswith("main/lv2 = relax.dequantize")
+    assert (
+        page.locator("g.node[data-id='2'] > title")
+        .text_content()
+        .startswith("main/lv2 = relax.dequantize")
+    )
     page.screenshot(path=str(tmp_path / "plan.png"))
     assert problems == []
     assert all(url.startswith("file://") for url in requests), requests  # nothing from the network
@@ -110,17 +126,37 @@ def test_html_plan_in_chromium(browser, cnn, tmp_path):
 def test_barriers_and_folds_are_drawn(browser, cnn, tmp_path):
     """An annotated module: every barrier is a thick-outlined red box; default folds show sizes."""
     annotated = tmp_path / "annotated.json"
-    result = subprocess.run([sys.executable, "-m", "fold_guard", "fold", str(cnn), "-p", "qdq-accelerator",
-                             "--annotate", "-o", str(annotated), "-q"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fold_guard",
+            "fold",
+            str(cnn),
+            "-p",
+            "qdq-accelerator",
+            "--annotate",
+            "-o",
+            str(annotated),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     out = tmp_path / "annotated.svg"
     draw(annotated, out)
     page, problems, _ = open_page(browser, out)
     barriers = page.locator("g.node.barrier")
     assert barriers.count() == 10
-    widths = barriers.evaluate_all("nodes => nodes.map(n => getComputedStyle(n.querySelector('rect')).strokeWidth)")
+    widths = barriers.evaluate_all(
+        "nodes => nodes.map(n => getComputedStyle(n.querySelector('rect')).strokeWidth)"
+    )
     assert set(widths) == {"4px"}
-    assert set(barriers.evaluate_all("nodes => nodes.map(n => n.dataset.category)")) == {"kept_by_barrier"}
+    assert set(barriers.evaluate_all("nodes => nodes.map(n => n.dataset.category)")) == {
+        "kept_by_barrier"
+    }
     assert page.locator("g.node").count() == 65 and problems == []
     page.close()
 
@@ -129,5 +165,7 @@ def test_barriers_and_folds_are_drawn(browser, cnn, tmp_path):
     page, problems, _ = open_page(browser, folded)
     green = page.locator("g.node.folded")
     assert green.count() == 15 and problems == []
-    assert "→ const 4.5 KiB" in page.locator("g.node[data-id='12']").text_content()  # a 16x8x3x3 fp32 weight
+    assert (
+        "→ const 4.5 KiB" in page.locator("g.node[data-id='12']").text_content()
+    )  # a 16x8x3x3 fp32 weight
     page.close()

@@ -289,7 +289,12 @@ def _run(mod: tvm.IRModule, arrays: list[np.ndarray]) -> list[np.ndarray]:
 
 # Building and running takes about a second per module: the fast lane runs these few, the full
 # lane every one.
-FAST_NUMERIC = ("elemwise_chain_f32", "conv2d_weight_transforms", "qdq_weight_conv2d", "call_tir_in_dataflow")
+FAST_NUMERIC = (
+    "elemwise_chain_f32",
+    "conv2d_weight_transforms",
+    "qdq_weight_conv2d",
+    "call_tir_in_dataflow",
+)
 assert set(FAST_NUMERIC) <= set(NUMERIC_NAMES)
 
 

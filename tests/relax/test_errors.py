@@ -9,8 +9,8 @@ import pytest
 import tvm
 from tvm import relax
 from tvm.script import ir as I
-from tvm.script import tirx as T
 from tvm.script import relax as R
+from tvm.script import tirx as T
 
 import fold_guard
 import fold_guard.relax as fgr
@@ -72,7 +72,9 @@ def test_not_an_irmodule_through_the_pass():
 
     The error is a plain TypeError from TVM's FFI (clear, but not UnsupportedIRError).
     """
-    with pytest.raises(TypeError, match=r"Expected `RValueRef<ir\.IRModule>` but got `relax\.expr\.Function`"):
+    with pytest.raises(
+        TypeError, match=r"Expected `RValueRef<ir\.IRModule>` but got `relax\.expr\.Function`"
+    ):
         fgr.FoldConstant()(_function())
 
 
@@ -83,7 +85,9 @@ def test_builder_refuses_two_operand_annotation():
     c = relax.const(A)
     x = relax.Var("x", relax.TensorType((4,), "float32"))
     bb = relax.BlockBuilder()
-    with pytest.raises(Exception, match=r"relax.fold_barrier takes exactly one operand, got 2") as info:
+    with pytest.raises(
+        Exception, match=r"relax.fold_barrier takes exactly one operand, got 2"
+    ) as info:
         with bb.function("main", [x]):
             with bb.dataflow():
                 bb.emit(relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [c, c]))
@@ -103,14 +107,21 @@ def test_unnormalized_two_operand_annotation_is_rejected():
     mod = tvm.IRModule({"encoder": func})
     with _Unchanged(mod):
         for entry in (fgr.fold, fgr.plan):
-            with pytest.raises(fold_guard.UnsupportedIRError, match=r"function encoder: b = relax.fold_barrier has 2 operands"):
+            with pytest.raises(
+                fold_guard.UnsupportedIRError,
+                match=r"function encoder: b = relax.fold_barrier has 2 operands",
+            ):
                 entry(mod)
 
 
 def test_annotating_a_non_expression():
-    with pytest.raises(fold_guard.UnsupportedIRError, match=r"fold_barrier expects a Relax expression, got ndarray"):
+    with pytest.raises(
+        fold_guard.UnsupportedIRError, match=r"fold_barrier expects a Relax expression, got ndarray"
+    ):
         fgr.fold_barrier(A)
-    with pytest.raises(fold_guard.UnsupportedIRError, match=r"fold_allow expects a Relax expression, got int"):
+    with pytest.raises(
+        fold_guard.UnsupportedIRError, match=r"fold_allow expects a Relax expression, got int"
+    ):
         fgr.fold_allow(3)
 
 
@@ -118,7 +129,11 @@ def test_annotating_a_non_expression():
 
 
 def test_unknown_policy():
-    with pytest.raises(fold_guard.UnknownPolicyError, match=r"unknown fold policy 'npu'; registered policies: default, fold-qnn, keep-qdq-weights, qdq-accelerator, size-guard, weights-only"):
+    with pytest.raises(
+        fold_guard.UnknownPolicyError,
+        match=r"unknown fold policy 'npu'; registered policies: default, fold-qnn, "
+        r"keep-qdq-weights, qdq-accelerator, size-guard, weights-only",
+    ):
         fgr.FoldConstant("npu")
 
 
@@ -157,7 +172,9 @@ class AllowDynamic:
     def main(x: R.Tensor(("n",), "float32")) -> R.Tensor(("n",), "float32"):
         n = T.int64()
         with R.dataflow():
-            z = R.zeros(R.shape([n]), "float32")  # kept: dynamic shape (n is only known at run time)
+            z = R.zeros(
+                R.shape([n]), "float32"
+            )  # kept: dynamic shape (n is only known at run time)
             a = R.fold_allow(z)  # kept: its operand cannot be evaluated
             y = R.add(x, a)  # kept: run-time input
             R.output(y)
@@ -176,7 +193,10 @@ class AllowUnsupported:
         return y
 
 
-CANNOT_EVALUATE = [(AllowDynamic, Reason.DYNAMIC_SHAPE, "symbolic dims"), (AllowUnsupported, Reason.UNSUPPORTED, "FLegalize")]
+CANNOT_EVALUATE = [
+    (AllowDynamic, Reason.DYNAMIC_SHAPE, "symbolic dims"),
+    (AllowUnsupported, Reason.UNSUPPORTED, "FLegalize"),
+]
 CANNOT_EVALUATE_IDS = ["dynamic-shape", "unsupported"]
 
 
@@ -199,7 +219,10 @@ def test_allow_over_unevaluable_operand_reports_cause(mod, reason, detail):
 @pytest.mark.parametrize("mod, reason, detail", CANNOT_EVALUATE, ids=CANNOT_EVALUATE_IDS)
 def test_allow_over_unevaluable_operand_strict(mod, reason, detail):
     with _Unchanged(mod):
-        with pytest.raises(fold_guard.FoldNotPossibleError, match=r"function main: a = fold_allow\(\.\.\.\) cannot fold") as info:
+        with pytest.raises(
+            fold_guard.FoldNotPossibleError,
+            match=r"function main: a = fold_allow\(\.\.\.\) cannot fold",
+        ) as info:
             fgr.fold(mod, strict=True)
     assert "operand z cannot fold" in str(info.value)
 
@@ -244,7 +267,10 @@ def test_evaluation_failure_non_strict_keeps_the_call():
 
 def test_evaluation_failure_strict_raises_chained():
     with _Unchanged(EvalFails):
-        with pytest.raises(fold_guard.FoldNotPossibleError, match=r"function main: evaluating c = relax.call_tir failed") as info:
+        with pytest.raises(
+            fold_guard.FoldNotPossibleError,
+            match=r"function main: evaluating c = relax.call_tir failed",
+        ) as info:
             fgr.fold(EvalFails, strict=True)
     assert "boom: first element too small" in str(info.value)
     assert "strict=False" in str(info.value)  # the hint

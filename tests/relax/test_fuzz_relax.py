@@ -31,26 +31,54 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from golden import CONSTANT_TYPE as CONSTANT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm import relax
 
 import fold_guard.relax as fgr
-from golden import CONSTANT_TYPE as CONSTANT
 
 EXAMPLES = int(os.environ.get("FOLD_GUARD_FUZZ_EXAMPLES", "200"))
 #: The default run draws the same examples every time, so CI cannot fail on a module no one has
 #: seen; ``FOLD_GUARD_FUZZ_RANDOM=1`` (implied by a long profile) explores new ones each run.
-EXPLORE = os.environ.get("FOLD_GUARD_FUZZ_RANDOM", "") not in ("", "0") or "FOLD_GUARD_FUZZ_EXAMPLES" in os.environ
+EXPLORE = (
+    os.environ.get("FOLD_GUARD_FUZZ_RANDOM", "") not in ("", "0")
+    or "FOLD_GUARD_FUZZ_EXAMPLES" in os.environ
+)
 #: Compile and run (guarantee 2) every Nth example whose fold changed something: a compile is
 #: most of an example's time. The long profile sets 1.
 RUN_EVERY = int(os.environ.get("FOLD_GUARD_FUZZ_RUN_EVERY", "4"))
-POLICIES = ("default", "fold-qnn", "keep-qdq-weights", "qdq-accelerator", "size-guard", "weights-only")
+POLICIES = (
+    "default",
+    "fold-qnn",
+    "keep-qdq-weights",
+    "qdq-accelerator",
+    "size-guard",
+    "weights-only",
+)
 ANNOTATION_OPS = ("relax.fold_barrier", "relax.fold_allow")
 
-UNARY = (relax.op.exp, relax.op.negative, relax.op.abs, relax.op.sigmoid, relax.op.tanh, relax.op.floor)
+UNARY = (
+    relax.op.exp,
+    relax.op.negative,
+    relax.op.abs,
+    relax.op.sigmoid,
+    relax.op.tanh,
+    relax.op.floor,
+)
 BINARY = (relax.op.add, relax.op.multiply, relax.op.subtract, relax.op.maximum, relax.op.minimum)
-KINDS = ("unary", "binary", "matmul", "reshape", "permute", "concat_split", "creation", "qdq", "qdq_axis", "conv2d")
+KINDS = (
+    "unary",
+    "binary",
+    "matmul",
+    "reshape",
+    "permute",
+    "concat_split",
+    "creation",
+    "qdq",
+    "qdq_axis",
+    "conv2d",
+)
 
 _STEP = st.tuples(
     st.sampled_from(KINDS),
@@ -90,7 +118,11 @@ def _build(spec: dict, *, annotate: bool) -> _Built:
 
         with bb.function(name, [x]):
             with bb.dataflow():
-                pool: List[Tuple[relax.Expr, bool]] = [(const((rows, cols)), False), (x, False), (const((rows, cols)), False)]
+                pool: List[Tuple[relax.Expr, bool]] = [
+                    (const((rows, cols)), False),
+                    (x, False),
+                    (const((rows, cols)), False),
+                ]
                 outputs = []
                 for k, (kind, first, second, wrap) in enumerate(steps):
                     a, a_down = pool[first % len(pool)]
@@ -99,7 +131,10 @@ def _build(spec: dict, *, annotate: bool) -> _Built:
                     if kind == "unary":
                         value = bb.emit(UNARY[second % len(UNARY)](a), f"v{k}")
                     elif kind == "binary":
-                        value, down = bb.emit(BINARY[second % len(BINARY)](a, b), f"v{k}"), a_down or b_down
+                        value, down = (
+                            bb.emit(BINARY[second % len(BINARY)](a, b), f"v{k}"),
+                            a_down or b_down,
+                        )
                     elif kind == "matmul":
                         value = bb.emit(relax.op.matmul(a, const((cols, cols), 0.5)), f"v{k}")
                     elif kind == "reshape" and rows * cols:
@@ -111,7 +146,10 @@ def _build(spec: dict, *, annotate: bool) -> _Built:
                     elif kind == "concat_split":
                         both = bb.emit(relax.op.concat([a, b], axis=1), f"c{k}")
                         parts = bb.emit(relax.op.split(both, 2, axis=1), f"s{k}")
-                        value, down = bb.emit(relax.TupleGetItem(parts, 0), f"v{k}"), a_down or b_down
+                        value, down = (
+                            bb.emit(relax.TupleGetItem(parts, 0), f"v{k}"),
+                            a_down or b_down,
+                        )
                     elif kind == "creation":
                         which = second % 3
                         if which == 0:
@@ -119,15 +157,25 @@ def _build(spec: dict, *, annotate: bool) -> _Built:
                         elif which == 1:
                             value = bb.emit(relax.op.ones((rows, cols), "float32"), f"v{k}")
                         else:
-                            value = bb.emit(relax.op.full((rows, cols), relax.const(np.float32(1.5)), "float32"), f"v{k}")
+                            value = bb.emit(
+                                relax.op.full(
+                                    (rows, cols), relax.const(np.float32(1.5)), "float32"
+                                ),
+                                f"v{k}",
+                            )
                         down = False
                     elif kind in ("qdq", "qdq_axis"):
                         per_axis = kind == "qdq_axis"
                         scale = relax.const(np.full((cols,) if per_axis else (), 0.05, "float32"))
                         zero = relax.const(np.zeros((cols,) if per_axis else (), "int8"))
                         axis = 1 if per_axis else -1
-                        q = bb.emit(relax.op.quantize(a, scale, zero, axis=axis, out_dtype="int8"), f"q{k}")
-                        value = bb.emit(relax.op.dequantize(q, scale, zero, axis=axis, out_dtype="float32"), f"v{k}")
+                        q = bb.emit(
+                            relax.op.quantize(a, scale, zero, axis=axis, out_dtype="int8"), f"q{k}"
+                        )
+                        value = bb.emit(
+                            relax.op.dequantize(q, scale, zero, axis=axis, out_dtype="float32"),
+                            f"v{k}",
+                        )
                     elif rows * cols and kind == "conv2d":
                         image = bb.emit(relax.op.reshape(a, (1, 1, rows, cols)), f"i{k}")
                         conv = bb.emit(relax.op.nn.conv2d(image, const((1, 1, 1, 1))), f"k{k}")
@@ -165,7 +213,11 @@ def _op_counts(mod: tvm.IRModule) -> collections.Counter:
     counts: collections.Counter = collections.Counter()
 
     def visit(node):
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name not in ANNOTATION_OPS:
+        if (
+            isinstance(node, relax.Call)
+            and isinstance(node.op, tvm.ir.Op)
+            and node.op.name not in ANNOTATION_OPS
+        ):
             name = node.op.name
             counts["creation" if name in ("relax.zeros", "relax.ones", "relax.full") else name] += 1
 
@@ -179,7 +231,9 @@ def _check_guarded(mod: tvm.IRModule, built: _Built, stage: str) -> None:
     for name, guarded in built.guarded.items():
         bound = _bound(mod, name)
         for var in guarded:
-            assert var in bound and not isinstance(bound[var], CONSTANT), f"{stage}: {name}/{var} was folded"
+            assert var in bound and not isinstance(bound[var], CONSTANT), (
+                f"{stage}: {name}/{var} was folded"
+            )
 
 
 def _run_both(unfolded: tvm.IRModule, folded: tvm.IRModule, spec: dict) -> None:
@@ -190,7 +244,9 @@ def _run_both(unfolded: tvm.IRModule, folded: tvm.IRModule, spec: dict) -> None:
         functions[f"{gvar.name_hint}_folded"] = folded[gvar.name_hint]
     functions = {name: f.with_attr("global_symbol", name) for name, f in functions.items()}
     vm = relax.VirtualMachine(tvm.compile(tvm.IRModule(functions), target="llvm"), tvm.cpu())
-    x = tvm.runtime.tensor(np.random.default_rng(spec["seed"] + 1).standard_normal(spec["shape"]).astype("float32"))
+    x = tvm.runtime.tensor(
+        np.random.default_rng(spec["seed"] + 1).standard_normal(spec["shape"]).astype("float32")
+    )
     for gvar in unfolded.functions:
         want = [t.numpy() for t in vm[gvar.name_hint](x)]
         got = [t.numpy() for t in vm[f"{gvar.name_hint}_folded"](x)]
@@ -207,7 +263,12 @@ STOCK = relax.transform.FoldConstant()
 
 
 @pytest.mark.slow
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=not EXPLORE)
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=not EXPLORE,
+)
 @given(_MODULE)
 def test_fuzzed_relax_modules(spec):
     plain = _build(spec, annotate=False).mod

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import tvm
 from tvm import relax
 
@@ -38,16 +37,22 @@ def _module(rows: int = 8, cols: int = 16, seed: int = 0) -> tvm.IRModule:
     with bb.function("main", [x]):
         with bb.dataflow():
             w = relax.const(rng.standard_normal((rows, cols)).astype("float32"))
-            q = bb.emit(relax.op.quantize(w, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=0))
-            dq = bb.emit(relax.op.dequantize(q, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=0))
-            e = bb.emit(relax.op.exp(relax.const(rng.standard_normal((rows, cols)).astype("float32"))))
+            q = bb.emit(
+                relax.op.quantize(w, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=0)
+            )
+            dq = bb.emit(
+                relax.op.dequantize(q, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=0)
+            )
+            e = bb.emit(
+                relax.op.exp(relax.const(rng.standard_normal((rows, cols)).astype("float32")))
+            )
             y = bb.emit(relax.op.add(x, dq))
             z = bb.emit_output(relax.op.add(y, e))
         bb.emit_func_output(z)
     return bb.get()
 
 
-def _fold_checked(mod: tvm.IRModule, cache) -> "fgr.FoldResult":
+def _fold_checked(mod: tvm.IRModule, cache) -> fgr.FoldResult:
     result = fgr.fold(mod, kernel_cache=cache)
     tvm.ir.assert_structural_equal(result.mod, relax.transform.FoldConstant()(mod))
     return result
@@ -173,8 +178,11 @@ def test_concurrent_processes_share_one_cache(tmp_path):
         print("ok")
         """
     )
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]  # fmt: skip
+    argv = [sys.executable, "-c", script, str(tmp_path)]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
     outputs = [proc.communicate(timeout=300) for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * 4, [err for _, err in outputs]
     assert not list(tmp_path.glob("v1/*/*/.tmp-*")), "no temporary file is left behind"

@@ -14,10 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm_ffi
-from tvm import relax
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tvm import relax
 
 import fold_guard.relax as fgr
 
@@ -120,7 +119,9 @@ def test_size_specialized_op_gets_one_kernel_per_shape():
     with bb.function("main", []):
         with bb.dataflow():
             calls = [
-                bb.emit(relax.op.nn.adaptive_avg_pool2d(_const_uniform(rng, shape), output_size=[3, 3]))
+                bb.emit(
+                    relax.op.nn.adaptive_avg_pool2d(_const_uniform(rng, shape), output_size=[3, 3])
+                )
                 for shape in [(1, 2, 7, 9), (1, 2, 10, 11)]
             ]
             out = bb.emit_output(relax.Tuple(calls))

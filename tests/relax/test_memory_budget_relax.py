@@ -75,7 +75,9 @@ def test_multi_gib_fold_is_refused_in_milliseconds(entry, allow):
 
 def test_strict_allow_over_budget_raises():
     mod = _broadcast_module(allow=True)
-    with pytest.raises(fold_guard.FoldNotPossibleError, match=r"fold_allow\(\.\.\.\) cannot fold: over budget"):
+    with pytest.raises(
+        fold_guard.FoldNotPossibleError, match=r"fold_allow\(\.\.\.\) cannot fold: over budget"
+    ):
         fgr.fold(mod, strict=True, max_fold_bytes=1 << 20)
 
 
@@ -98,8 +100,12 @@ def test_a_budget_that_fits_changes_nothing():
             y = bb.emit_output(relax.op.add(x, b))
         bb.emit_func_output(y)
     mod = bb.get()
-    tvm.ir.assert_structural_equal(fgr.fold(mod, max_fold_bytes=256).mod, relax.transform.FoldConstant()(mod))
-    assert {d.op: d.reason for d in fgr.plan(mod, max_fold_bytes=255).decisions}["relax.broadcast_to"] is Reason.OVER_BUDGET
+    tvm.ir.assert_structural_equal(
+        fgr.fold(mod, max_fold_bytes=256).mod, relax.transform.FoldConstant()(mod)
+    )
+    assert {d.op: d.reason for d in fgr.plan(mod, max_fold_bytes=255).decisions}[
+        "relax.broadcast_to"
+    ] is Reason.OVER_BUDGET
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "1G", True])

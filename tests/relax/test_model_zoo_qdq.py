@@ -15,21 +15,17 @@ QDQ model, one Relax call each.
 from __future__ import annotations
 
 import functools
-
 from collections import Counter
 from typing import Callable, Dict, List, Tuple
 
 import numpy as np
-import pytest
-
 import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import pytest
 import tvm
-from tvm import relax  # noqa: E402
-
-from _common import onnx_models  # noqa: E402
+from _common import onnx_models
 from golden import constant_operands
-
+from tvm import relax
 
 #: Model name -> (QDQ builder, float builder).
 MODELS: Dict[str, Tuple[Callable, Callable]] = {
@@ -67,7 +63,7 @@ class _Model:
         self.weights = sorted(onnx_models.weight_shapes(self.float_model))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def model_for(name: str, float_weights: bool = False) -> _Model:
     return _Model(name, float_weights)
 
@@ -88,7 +84,10 @@ def test_same_seed_gives_the_same_bytes(name: str) -> None:
     assert make(0).SerializeToString() == first
     assert make(1).SerializeToString() != first
     assert make_float(0).SerializeToString() == model_for(name).float_model.SerializeToString()
-    assert make(0, float_weights=True).SerializeToString() == model_for(name, True).onnx.SerializeToString()
+    assert (
+        make(0, float_weights=True).SerializeToString()
+        == model_for(name, True).onnx.SerializeToString()
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -100,7 +99,10 @@ def test_model_is_qdq_with_every_weight_quantized(name: str) -> None:
     # Every weight of the float model became an int8 initializer behind a DequantizeLinear.
     assert model.weights
     assert sorted(onnx_models.weight_shapes(model.onnx)) == model.weights
-    assert weights_among(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"), "int8") == model.weights
+    assert (
+        weights_among(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"), "int8")
+        == model.weights
+    )
     assert onnx_models.output_scale(model.onnx) > 0
     feed = onnx_models.input_feed(model.onnx)
     assert {k: v.shape for k, v in feed.items()} == onnx_models.graph_inputs(model.onnx)
@@ -142,11 +144,15 @@ def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
     quantized = constant_operands(model.imported, "relax.quantize")
     assert weights_among(quantized, "float32") == model.weights
     assert all(dtype == "float32" for dtype, _ in quantized)
-    assert multiset(quantized) == multiset(onnx_models.initializer_inputs(model.onnx, "QuantizeLinear"))
+    assert multiset(quantized) == multiset(
+        onnx_models.initializer_inputs(model.onnx, "QuantizeLinear")
+    )
     # No weight is dequantized from an int8 constant any more; the int32 biases still are.
     dequantized = constant_operands(model.imported, "relax.dequantize")
     assert weights_among(dequantized, "int8") == []
-    assert multiset(dequantized) == multiset(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"))
+    assert multiset(dequantized) == multiset(
+        onnx_models.initializer_inputs(model.onnx, "DequantizeLinear")
+    )
     assert {dtype for dtype, _ in dequantized} == {"int32"}
 
 
@@ -185,4 +191,6 @@ def test_import_runs_like_onnxruntime(name: str) -> None:
     # run_relax is the same pipeline.
     feed = onnx_models.input_feed(model.onnx, 1)
     (via_helper,) = onnx_models.run_relax(model.imported, list(feed.values()))
-    np.testing.assert_array_equal(via_helper, vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy())
+    np.testing.assert_array_equal(
+        via_helper, vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy()
+    )

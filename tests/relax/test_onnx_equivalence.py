@@ -25,10 +25,9 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-import pytest
-
 import onnx
 import onnxruntime as ort
+import pytest
 import tvm
 import tvm_ffi
 from onnx import TensorProto, helper, numpy_helper
@@ -66,7 +65,9 @@ def _f32(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarra
 
 def _const(name: str, array: np.ndarray):
     """A ``Constant`` node (exporters emit these as often as initializers)."""
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(array), name + "_v"))
+    return helper.make_node(
+        "Constant", [], [name], value=numpy_helper.from_array(np.asarray(array), name + "_v")
+    )
 
 
 def _model(
@@ -84,7 +85,9 @@ def _model(
         [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
         initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="fold_guard")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="fold_guard"
+    )
     model.ir_version = 8  # what the installed onnxruntime accepts
     # The checker wants output shapes: take them from ONNX shape inference.
     inferred = onnx.shape_inference.infer_shapes(model)
@@ -131,7 +134,9 @@ def _transformer_block():
         "sqrt_2_over_pi": np.array(np.sqrt(2 / np.pi), np.float32),
     }
     nodes = [
-        helper.make_node("LayerNormalization", ["x", "ln1_s", "ln1_b"], ["h"], axis=-1, epsilon=1e-5),
+        helper.make_node(
+            "LayerNormalization", ["x", "ln1_s", "ln1_b"], ["h"], axis=-1, epsilon=1e-5
+        ),
         helper.make_node("Sqrt", ["hd"], ["sqrt_hd"]),  # constant subgraph
     ]
     for p in ("q", "k", "v", "o"):
@@ -157,12 +162,17 @@ def _transformer_block():
         helper.make_node("MatMul", ["ctx_r", "wo"], ["o_mm"]),
         helper.make_node("Add", ["o_mm", "bo"], ["o_lin"]),
         helper.make_node("Add", ["x", "o_lin"], ["res1"]),
-        helper.make_node("LayerNormalization", ["res1", "ln2_s", "ln2_b"], ["h2"], axis=-1, epsilon=1e-5),
+        helper.make_node(
+            "LayerNormalization", ["res1", "ln2_s", "ln2_b"], ["h2"], axis=-1, epsilon=1e-5
+        ),
     ]
     # FFN: up-projection, Erf-GELU with Div by Sqrt(2) (constant subgraph), down-projection.
     ff = 16
     inits.update(
-        w1_t=_f32(rng, ff, d, scale=0.3), b1=_f32(rng, ff, scale=0.1), w2_t=_f32(rng, d, ff, scale=0.3), b2=_f32(rng, d, scale=0.1)
+        w1_t=_f32(rng, ff, d, scale=0.3),
+        b1=_f32(rng, ff, scale=0.1),
+        w2_t=_f32(rng, d, ff, scale=0.3),
+        b2=_f32(rng, d, scale=0.1),
     )
     nodes += [
         helper.make_node("Transpose", ["w1_t"], ["w1"], perm=[1, 0]),
@@ -218,7 +228,10 @@ def _shape_arithmetic():
         helper.make_node("Concat", ["batch_1d", "minus1"], ["flat_shape"], axis=0),
         helper.make_node("Reshape", ["x", "flat_shape"], ["x_flat"]),  # (2, 12)
         helper.make_node(
-            "ConstantOfShape", ["cos_shape"], ["ones"], value=numpy_helper.from_array(np.array([1.5], np.float32), "v")
+            "ConstantOfShape",
+            ["cos_shape"],
+            ["ones"],
+            value=numpy_helper.from_array(np.array([1.5], np.float32), "v"),
         ),
         helper.make_node("Range", ["r_start", "r_limit", "r_delta"], ["ar"]),
         helper.make_node("Reshape", ["ar", "row_shape"], ["ar_row"]),
@@ -254,11 +267,15 @@ def _conv_batchnorm():
         inits[f"bn{i}_v"] = (np.abs(_f32(rng, c)) + 0.5).astype(np.float32)
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c0", "bn0_s", "bn0_b", "bn0_m", "bn0_v"], ["n0"], epsilon=1e-5),
+        helper.make_node(
+            "BatchNormalization", ["c0", "bn0_s", "bn0_b", "bn0_m", "bn0_v"], ["n0"], epsilon=1e-5
+        ),
         helper.make_node("Relu", ["n0"], ["r0"]),
         helper.make_node("Mul", ["w1_raw", "w1_gain"], ["w1"]),
         helper.make_node("Conv", ["r0", "w1"], ["c1"], kernel_shape=[3, 3], strides=[2, 2]),
-        helper.make_node("BatchNormalization", ["c1", "bn1_s", "bn1_b", "bn1_m", "bn1_v"], ["n1"], epsilon=1e-3),
+        helper.make_node(
+            "BatchNormalization", ["c1", "bn1_s", "bn1_b", "bn1_m", "bn1_v"], ["n1"], epsilon=1e-3
+        ),
         helper.make_node("Relu", ["n1"], ["y"]),
     ]
     model = _model("conv_batchnorm", nodes, [("x", F, [1, 3, 8, 8])], [("y", F)], inits)
@@ -277,7 +294,9 @@ def _gemm_transb():
         "c_c": _f32(rng, 5, scale=0.1),
     }
     nodes = [
-        helper.make_node("Gemm", ["a_c", "b_c", "c_c"], ["const_gemm"], transB=1, alpha=0.5, beta=2.0),  # (3,5)
+        helper.make_node(
+            "Gemm", ["a_c", "b_c", "c_c"], ["const_gemm"], transB=1, alpha=0.5, beta=2.0
+        ),  # (3,5)
         helper.make_node("Add", ["x", "const_gemm"], ["x2"]),
         helper.make_node("Gemm", ["x2", "w", "b"], ["y"], transB=1, alpha=1.25),
     ]
@@ -301,7 +320,9 @@ def _slice_split_squeeze():
     }
     nodes = [
         helper.make_node("Slice", ["table", "starts", "ends", "axes", "steps"], ["sl"]),  # (3, 4)
-        helper.make_node("Split", ["split_src", "split_sizes"], ["sp_a", "sp_b"], axis=1),  # (1,1,4) (1,2,4)
+        helper.make_node(
+            "Split", ["split_src", "split_sizes"], ["sp_a", "sp_b"], axis=1
+        ),  # (1,1,4) (1,2,4)
         helper.make_node("Squeeze", ["sp_a", "sq_axes"], ["sq_a"]),  # (1, 4)
         helper.make_node("Squeeze", ["sp_b", "sq_axes"], ["sq_b"]),  # (2, 4)
         helper.make_node("Concat", ["sq_a", "sq_b"], ["cat"], axis=0),  # (3, 4)
@@ -485,7 +506,9 @@ def _topk_argmax():
         helper.make_node("TopK", ["scores", "k"], ["vals", "idx"], axis=1),  # (3,4), (3,4)
         helper.make_node("ArgMax", ["scores"], ["am"], axis=1, keepdims=1),  # (3,1)
         helper.make_node("ArgMin", ["scores"], ["an"], axis=1, keepdims=1),  # (3,1)
-        helper.make_node("ReduceMax", ["scores"], ["rm"], axes=[1], keepdims=1),  # (3,1) (opset<18 attr)
+        helper.make_node(
+            "ReduceMax", ["scores"], ["rm"], axes=[1], keepdims=1
+        ),  # (3,1) (opset<18 attr)
         helper.make_node("Cast", ["idx"], ["idx_f"], to=F),
         helper.make_node("Cast", ["am"], ["am_f"], to=F),
         helper.make_node("Cast", ["an"], ["an_f"], to=F),
@@ -565,14 +588,16 @@ def _dynamic_batch():
         helper.make_node("Concat", ["n1", "tail"], ["new_shape"], axis=0),
         helper.make_node("Reshape", ["hb", "new_shape"], ["hr"]),  # (N, 2, 3)
         helper.make_node(
-            "ConstantOfShape", ["cos_shape"], ["g"], value=numpy_helper.from_array(np.array([0.5], np.float32), "v")
+            "ConstantOfShape",
+            ["cos_shape"],
+            ["g"],
+            value=numpy_helper.from_array(np.array([0.5], np.float32), "v"),
         ),
         helper.make_node("Exp", ["g"], ["ge"]),
         helper.make_node("Mul", ["hr", "ge"], ["y"]),
     ]
     model = _model("dynamic_batch", nodes, [("x", F, ["N", 8])], [("y", F)], inits)
     return model, {"x": _f32(_rng(115), 2, 8)}
-
 
 
 @_graph
@@ -610,7 +635,6 @@ def _dynamic_seq_attention():
     return model, {"x": _f32(_rng(116), 2, 3, d)}
 
 
-
 @_graph
 def _elementwise_constants():
     """Unary / binary math on constants that exporters leave behind: Reciprocal, Pow, Exp, Log,
@@ -644,7 +668,24 @@ def _elementwise_constants():
         helper.make_node("Cast", ["imod"], ["imodf"], to=F),
         helper.make_node("Cast", ["ifmod"], ["ifmodf"], to=F),
         helper.make_node(
-            "Sum", ["r", "p", "l", "ex", "n", "ab", "fl", "ce", "ro", "sg", "neqf", "idivf", "imodf", "ifmodf"], ["s"]
+            "Sum",
+            [
+                "r",
+                "p",
+                "l",
+                "ex",
+                "n",
+                "ab",
+                "fl",
+                "ce",
+                "ro",
+                "sg",
+                "neqf",
+                "idivf",
+                "imodf",
+                "ifmodf",
+            ],
+            ["s"],
         ),
         helper.make_node("Mul", ["x", "s"], ["y"]),
     ]
@@ -684,12 +725,18 @@ def _expand_sum():
     """Expand / ConstantOfShape / Reshape of constants to ``Shape(x)`` (static), summed with the
     input by a variadic Sum, which the frontend lowers to broadcast_to + stack + sum. The
     ``broadcast_to`` calls on constants have one target shape but different input shapes."""
-    inits = {"c": np.arange(4, dtype=np.float32).reshape(1, 4), "c12": np.arange(12, dtype=np.float32)}
+    inits = {
+        "c": np.arange(4, dtype=np.float32).reshape(1, 4),
+        "c12": np.arange(12, dtype=np.float32),
+    }
     nodes = [
         helper.make_node("Shape", ["x"], ["xs"]),
         helper.make_node("Expand", ["c", "xs"], ["e"]),
         helper.make_node(
-            "ConstantOfShape", ["xs"], ["z"], value=numpy_helper.from_array(np.array([0.5], np.float32), "v")
+            "ConstantOfShape",
+            ["xs"],
+            ["z"],
+            value=numpy_helper.from_array(np.array([0.5], np.float32), "v"),
         ),
         helper.make_node("Reshape", ["c12", "xs"], ["r"]),
         helper.make_node("Sum", ["x", "e", "z", "r"], ["y"]),
@@ -733,7 +780,10 @@ def _constants(mod: tvm.IRModule) -> list[np.ndarray]:
     for _, func in sorted(mod.functions.items(), key=lambda it: it[0].name_hint):
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(
-                func, lambda node: found.append(node.value.numpy()) if isinstance(node, _CONST_TYPE) else None
+                func,
+                lambda node: (
+                    found.append(node.value.numpy()) if isinstance(node, _CONST_TYPE) else None
+                ),
             )
     return found
 
@@ -764,12 +814,17 @@ def _run_tvm(mod: tvm.IRModule, arrays: list[np.ndarray]) -> list[np.ndarray]:
 def _run_ort(model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     return [np.asarray(out) for out in session.run(None, feed)]
 
 
 def _params(names: list[str], known: dict[str, str]):
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=known[n])) if n in known else n for n in names]
+    return [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=known[n])) if n in known else n
+        for n in names
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -786,7 +841,9 @@ def test_graph_count():
 def test_import_has_constants_to_fold(name):
     """Each graph is a real test of folding: stock changes the module."""
     case = _case(name)
-    assert not tvm_ffi.structural_equal(case["mod"], case["stock"]), "stock FoldConstant does nothing here"
+    assert not tvm_ffi.structural_equal(case["mod"], case["stock"]), (
+        "stock FoldConstant does nothing here"
+    )
 
 
 @pytest.mark.slow
@@ -836,7 +893,10 @@ def test_strict_fold_does_not_raise(name):
 
 
 def _reduced_shape_param() -> tvm.IRModule:
-    s = relax.Var("s", relax.ShapeType([3, 4]) if hasattr(relax, "ShapeType") else relax.ShapeStructInfo([3, 4]))
+    s = relax.Var(
+        "s",
+        relax.ShapeType([3, 4]) if hasattr(relax, "ShapeType") else relax.ShapeStructInfo([3, 4]),
+    )
     bb = relax.BlockBuilder()
     with bb.function("main", [s]):
         with bb.dataflow():
@@ -898,7 +958,9 @@ def test_reduced_matches_stock(name):
     ours_constants, stock_constants = _constants(ours), _constants(stock)
     assert len(ours_constants) == len(stock_constants)
     for a, b in zip(ours_constants, stock_constants):
-        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{name}: a constant differs from stock"
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (
+            f"{name}: a constant differs from stock"
+        )
 
 
 def test_zeros_of_shape_of_leaves_no_legalization_debris():
@@ -911,7 +973,9 @@ def test_zeros_of_shape_of_leaves_no_legalization_debris():
     mod = _reduced_full_of_shape_of()
     ours, stock = fgr.FoldConstant()(mod), relax.transform.FoldConstant()(mod)
     tvm.ir.assert_structural_equal(ours, mod)
-    assert len(stock["main"].body.blocks[0].bindings) == len(mod["main"].body.blocks[0].bindings) + 2
+    assert (
+        len(stock["main"].body.blocks[0].bindings) == len(mod["main"].body.blocks[0].bindings) + 2
+    )
     # the frontend's module is not well formed (a dataflow var in gv's type), so strict refuses it
     assert not relax.analysis.check_well_formed(mod)
     with pytest.raises(fold_guard.PreconditionError, match="not well formed"):

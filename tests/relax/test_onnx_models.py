@@ -1,16 +1,13 @@
 """The reference QDQ ONNX model: reproducible, imports with constant Q/DQ, matches onnxruntime."""
 
 import numpy as np
-import pytest
-
 import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import pytest
 import tvm
-from tvm import relax  # noqa: E402
-
-from _common import onnx_models  # noqa: E402
+from _common import onnx_models
 from golden import constant_operands
-
+from tvm import relax
 
 WEIGHT_SHAPES = sorted([(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (32, 16, 3, 3), (10, 32)])
 BIAS_SHAPES = sorted([(8,), (16,), (16,), (32,), (10,)])

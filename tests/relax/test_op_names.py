@@ -9,7 +9,13 @@ from fold_guard._core.op_names import RELAX_OP_NAMES
 
 @pytest.mark.parametrize(
     "name",
-    sorted(RELAX_OP_NAMES.quantize | RELAX_OP_NAMES.dequantize | RELAX_OP_NAMES.weight | RELAX_OP_NAMES.bias_add | RELAX_OP_NAMES.add),
+    sorted(
+        RELAX_OP_NAMES.quantize
+        | RELAX_OP_NAMES.dequantize
+        | RELAX_OP_NAMES.weight
+        | RELAX_OP_NAMES.bias_add
+        | RELAX_OP_NAMES.add
+    ),
 )
 def test_every_name_is_a_registered_relax_op(name: str) -> None:
     assert tvm.ir.Op.get(name).name == name

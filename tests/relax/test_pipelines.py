@@ -20,24 +20,21 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 from typing import Callable, Dict, List, Tuple
 
 import numpy as np
-import pytest
-
 import onnx  # noqa: F401 - a test dependency; missing it must fail, not skip
 import onnxruntime  # noqa: F401 - a test dependency; missing it must fail, not skip
-
+import pytest
 import tvm
+from _common import onnx_models
+from _common.codegen_input import compile_with_codegen_input
+from golden import CONSTANT_TYPE, op_calls
 from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard import PreconditionError, list_policies
-from _common import onnx_models
-from _common.codegen_input import compile_with_codegen_input
-
-from golden import CONSTANT_TYPE, op_calls
 
 BARRIER = "relax.fold_barrier"
 VIEW_BUILTIN = "vm.builtin.reshape"
@@ -50,7 +47,9 @@ def _sequential(*passes: tvm.transform.Pass) -> Callable[[tvm.IRModule], tvm.IRM
     return lambda mod: tvm.transform.Sequential(list(passes))(mod)
 
 
-def _under(target: object, make: Callable[[tvm.target.Target], tvm.transform.Pass]) -> Callable[[tvm.IRModule], tvm.IRModule]:
+def _under(
+    target: object, make: Callable[[tvm.target.Target], tvm.transform.Pass]
+) -> Callable[[tvm.IRModule], tvm.IRModule]:
     def run(mod: tvm.IRModule) -> tvm.IRModule:
         resolved = tvm.target.Target(target)
         with resolved:
@@ -63,7 +62,10 @@ def _static_shape_tuning(mod: tvm.IRModule) -> tvm.IRModule:
     # Zero trials: everything the pipeline does up to tuning, then an empty database applied.
     with tempfile.TemporaryDirectory() as work_dir:
         pipeline = relax.get_pipeline(
-            "static_shape_tuning", total_trials=0, target={"kind": "llvm", "num-cores": 2}, work_dir=work_dir
+            "static_shape_tuning",
+            total_trials=0,
+            target={"kind": "llvm", "num-cores": 2},
+            work_dir=work_dir,
         )
         return pipeline(mod)
 
@@ -92,10 +94,21 @@ TARGETS: Dict[str, object] = {
 
 #: name -> (pipeline, folds constants, ends in VM lowering, runs on this CPU)
 PIPELINES: Dict[str, Tuple[Callable[[tvm.IRModule], tvm.IRModule], bool, bool, bool]] = {
-    "LegalizeOps+FoldConstant": (_sequential(relax.transform.LegalizeOps(), relax.transform.FoldConstant()), True, False, True),
+    "LegalizeOps+FoldConstant": (
+        _sequential(relax.transform.LegalizeOps(), relax.transform.FoldConstant()),
+        True,
+        False,
+        True,
+    ),
     "FoldConstant+LegalizeOps+FoldConstant": (
-        _sequential(relax.transform.FoldConstant(), relax.transform.LegalizeOps(), relax.transform.FoldConstant()),
-        True, False, True,
+        _sequential(
+            relax.transform.FoldConstant(),
+            relax.transform.LegalizeOps(),
+            relax.transform.FoldConstant(),
+        ),
+        True,
+        False,
+        True,
     ),
     "zero": (relax.get_pipeline("zero"), True, False, True),
     "default_build": (relax.get_pipeline("default_build"), False, True, True),
@@ -104,8 +117,18 @@ PIPELINES: Dict[str, Tuple[Callable[[tvm.IRModule], tvm.IRModule], bool, bool, b
 }
 for _backend, _target in TARGETS.items():
     _on_cpu = _backend == "cpu_generic"
-    PIPELINES[f"legalize_passes[{_backend}]"] = (_under(_target, _legalize_passes), True, False, _on_cpu)
-    PIPELINES[f"default_pipeline[{_backend}]"] = (_under(_target, relax.pipeline.get_default_pipeline), True, True, _on_cpu)
+    PIPELINES[f"legalize_passes[{_backend}]"] = (
+        _under(_target, _legalize_passes),
+        True,
+        False,
+        _on_cpu,
+    )
+    PIPELINES[f"default_pipeline[{_backend}]"] = (
+        _under(_target, relax.pipeline.get_default_pipeline),
+        True,
+        True,
+        _on_cpu,
+    )
 
 MODELS = {
     "qdq_cnn": onnx_models.make_qdq_cnn,
@@ -116,13 +139,18 @@ MODELS = {
 CASES = [("qdq_cnn", name) for name in PIPELINES] + [
     (model, name)
     for model in ("residual_cnn", "transformer_block")
-    for name in ("LegalizeOps+FoldConstant", "zero", "default_pipeline[cpu_generic]", "default_pipeline[cuda]")
+    for name in (
+        "LegalizeOps+FoldConstant",
+        "zero",
+        "default_pipeline[cpu_generic]",
+        "default_pipeline[cuda]",
+    )
 ]
 
 # ----------------------------------------------------------------------------------- helpers
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(name: str):
     """(import, annotated import, annotated and folded by fold_guard, inputs, reference output)."""
     model = MODELS[name](float_weights=True)
@@ -153,7 +181,11 @@ def _signature(const: object) -> Signature:
 
 def _guarded(mod: tvm.IRModule) -> Counter:
     """(dtype, shape) of every constant a fold_barrier holds."""
-    return Counter(_signature(call.args[0]) for call in op_calls(mod, BARRIER) if isinstance(call.args[0], CONSTANT_TYPE))
+    return Counter(
+        _signature(call.args[0])
+        for call in op_calls(mod, BARRIER)
+        if isinstance(call.args[0], CONSTANT_TYPE)
+    )
 
 
 def _viewed(mod: tvm.IRModule) -> Counter:
@@ -176,7 +208,9 @@ def _viewed(mod: tvm.IRModule) -> Counter:
 
 
 def _fp32_of_shapes(mod: tvm.IRModule, shapes: set) -> int:
-    return sum(1 for dtype, shape in _tensor_constants(mod) if dtype == "float32" and shape in shapes)
+    return sum(
+        1 for dtype, shape in _tensor_constants(mod) if dtype == "float32" and shape in shapes
+    )
 
 
 def assert_barriers_hold(out: tvm.IRModule, folded: tvm.IRModule, *, lowered: bool) -> None:
@@ -232,7 +266,9 @@ def test_stock_pipeline_erases_what_is_not_annotated():
     imported, _, folded, _, _ = _model("qdq_cnn")
     out = PIPELINES["zero"][0](imported)
     shapes = {shape for _, shape in _guarded(folded)}
-    assert not any(dtype.startswith("int") and shape in shapes for dtype, shape in _tensor_constants(out))
+    assert not any(
+        dtype.startswith("int") and shape in shapes for dtype, shape in _tensor_constants(out)
+    )
     assert _fp32_of_shapes(out, shapes) >= 5
 
 
@@ -261,12 +297,16 @@ def test_compiled_executable_holds_integer_weights(model):
 def test_barrier_lowers_to_a_view_without_allocation():
     """In the VM a barrier is a reshape of its operand to its own shape: no storage, no copy."""
     _, _, folded, _, _ = _model("qdq_cnn")
-    plain = fgr.fold(_model("qdq_cnn")[0], policy="qdq-accelerator").mod  # the same folds, no barriers
+    plain = fgr.fold(
+        _model("qdq_cnn")[0], policy="qdq-accelerator"
+    ).mod  # the same folds, no barriers
     text = tvm.compile(folded, target="llvm").as_text()
     plain_text = tvm.compile(plain, target="llvm").as_text()
     views = [line for line in text.splitlines() if VIEW_BUILTIN in line and "in: c[" in line]
     assert len(views) == sum(_guarded(folded).values())
-    assert text.count("vm.builtin.alloc_storage in:") == plain_text.count("vm.builtin.alloc_storage in:")
+    assert text.count("vm.builtin.alloc_storage in:") == plain_text.count(
+        "vm.builtin.alloc_storage in:"
+    )
 
 
 # ----------------------------------------------------------------------------------- hand-written
@@ -274,14 +314,18 @@ def test_barrier_lowers_to_a_view_without_allocation():
 W_INT8 = np.arange(-8, 8, dtype="int8").reshape(4, 4)
 
 
-def _barrier_module(annotate: Callable[[relax.Expr], relax.Expr] = fgr.fold_barrier) -> tvm.IRModule:
+def _barrier_module(
+    annotate: Callable[[relax.Expr], relax.Expr] = fgr.fold_barrier,
+) -> tvm.IRModule:
     """main(x) = x @ dequantize(annotate(<int8 4x4>))."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((2, 4), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
             w = bb.emit(annotate(relax.const(W_INT8)))
-            w_dq = bb.emit(relax.op.dequantize(w, relax.const(0.5, "float32"), relax.const(0, "int8"), axis=0))
+            w_dq = bb.emit(
+                relax.op.dequantize(w, relax.const(0.5, "float32"), relax.const(0, "int8"), axis=0)
+            )
             y = bb.emit_output(relax.op.matmul(x, w_dq))
         bb.emit_func_output(y)
     return bb.get()
@@ -291,7 +335,9 @@ def test_stock_folding_after_legalize_changes_nothing_behind_a_barrier():
     """Before: x @ dequantize(fold_barrier(<int8>)); LegalizeOps+FoldConstant == LegalizeOps alone."""
     before = _barrier_module()
     expected = relax.transform.LegalizeOps()(before)
-    after = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.FoldConstant()])(before)
+    after = tvm.transform.Sequential(
+        [relax.transform.LegalizeOps(), relax.transform.FoldConstant()]
+    )(before)
     tvm.ir.assert_structural_equal(after, expected)
     (barrier,) = op_calls(after, BARRIER)
     assert _signature(barrier.args[0]) == ("int8", (4, 4))
@@ -300,9 +346,9 @@ def test_stock_folding_after_legalize_changes_nothing_behind_a_barrier():
 @pytest.mark.stock
 def test_without_barrier_stock_folds_the_weight():
     """The control for the test above: the same module without the barrier loses its int8 weight."""
-    after = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.FoldConstant()])(
-        _barrier_module(lambda expr: expr)
-    )
+    after = tvm.transform.Sequential(
+        [relax.transform.LegalizeOps(), relax.transform.FoldConstant()]
+    )(_barrier_module(lambda expr: expr))
     assert ("int8", (4, 4)) not in _tensor_constants(after)
     assert ("float32", (4, 4)) in _tensor_constants(after)
 
@@ -316,7 +362,11 @@ def test_annotations_left_in_a_module_build_and_run_as_identity():
         with bb.dataflow():
             a = bb.emit(fgr.fold_allow(relax.op.exp(x)))
             b = bb.emit(fgr.fold_barrier(a))
-            y = bb.emit_output(relax.op.add(b, fgr.fold_allow(relax.op.exp(relax.const(np.ones((2, 4), "float32"))))))
+            y = bb.emit_output(
+                relax.op.add(
+                    b, fgr.fold_allow(relax.op.exp(relax.const(np.ones((2, 4), "float32"))))
+                )
+            )
         bb.emit_func_output(y)
     mod = bb.get()
     expected = np.exp(x_data) + np.exp(np.ones((2, 4), "float32"))
@@ -337,7 +387,9 @@ OP_READING = [policy.name for policy in list_policies() if policy.reads_ops]
 def test_policy_by_op_name_refuses_a_legalized_module(policy):
     legalized = relax.transform.LegalizeOps()(_model("qdq_cnn")[0])
     saved = tvm.ir.save_json(legalized)
-    with pytest.raises(PreconditionError, match=r"function main: \w+ = relax.call_tir .*already lowered.*annotate"):
+    with pytest.raises(
+        PreconditionError, match=r"function main: \w+ = relax.call_tir .*already lowered.*annotate"
+    ):
         fgr.FoldConstant(policy)(legalized)
     with pytest.raises(PreconditionError, match=policy):
         fgr.plan(legalized, policy)
@@ -414,7 +466,9 @@ def test_instruments_see_the_same_passes_as_with_stock():
     seen = {}
     for folder, make in FOLDERS.items():
         instrument = _RelaxPasses()
-        seq = tvm.transform.Sequential([relax.transform.Normalize(), make(), relax.transform.DeadCodeElimination()])
+        seq = tvm.transform.Sequential(
+            [relax.transform.Normalize(), make(), relax.transform.DeadCodeElimination()]
+        )
         with tvm.transform.PassContext(instruments=[instrument]):
             seq(_small_module())
         seen[folder] = instrument.names

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from golden import binding_names, check_before_after
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
 import fold_guard
 import fold_guard.relax as fgr
-from golden import binding_names, check_before_after
 from fold_guard import Action, FoldPolicy, Reason, Rule
 
 A = np.arange(4, dtype="float32")
@@ -24,8 +24,6 @@ B = np.full(4, 2.0, dtype="float32")
 S = np.full((4, 4), 1.5, dtype="float32")
 W_INT8 = (np.arange(16, dtype="int8") - 8).reshape(4, 4)
 W_FP32 = np.linspace(-2.0, 2.0, 16, dtype="float32").reshape(4, 4)
-
-
 
 
 def _by_label(plan):
@@ -39,20 +37,30 @@ def _by_label(plan):
 class Growing:
     @R.function
     def main(
-        x: R.Tensor((64, 64), "float32"), x2: R.Tensor((32, 32), "float32"), s: R.Tensor((4, 4), "float32")
-    ) -> R.Tuple(R.Tensor((64, 64), "float32"), R.Tensor((32, 32), "float32"), R.Tensor((4, 4), "float32")):
+        x: R.Tensor((64, 64), "float32"),
+        x2: R.Tensor((32, 32), "float32"),
+        s: R.Tensor((4, 4), "float32"),
+    ) -> R.Tuple(
+        R.Tensor((64, 64), "float32"), R.Tensor((32, 32), "float32"), R.Tensor((4, 4), "float32")
+    ):
         with R.dataflow():
             # kept by size-guard: 16 KiB from a 4-byte scalar (stock folds it)
             bc = R.broadcast_to(R.const(1.5, "float32"), R.shape([64, 64]))
-            tl = R.tile(R.const(S), [16, 16])  # kept by size-guard: 16 KiB from 64 bytes (stock folds it)
-            zz = R.zeros(R.shape([32, 32]), "float32")  # kept by size-guard: 4 KiB from nothing (stock folds 1024 elements)
+            tl = R.tile(
+                R.const(S), [16, 16]
+            )  # kept by size-guard: 16 KiB from 64 bytes (stock folds it)
+            zz = R.zeros(
+                R.shape([32, 32]), "float32"
+            )  # kept by size-guard: 4 KiB from nothing (stock folds 1024 elements)
             sm = R.broadcast_to(R.const(1.5, "float32"), R.shape([4, 4]))  # folds: 64 bytes < 4096
             st = R.tile(R.const(A), [4])  # folds: 64 bytes < 4096
             y0 = R.add(x, bc)  # kept: x is a run-time input
             y1 = R.add(y0, tl)  # kept: run-time input
             y2 = R.add(x2, zz)  # kept: run-time input
             y3 = R.add(s, sm)  # kept: run-time input
-            y4 = R.add(y3, R.reshape(st, R.shape([4, 4])))  # reshape folds (64 bytes); y4 kept: run-time
+            y4 = R.add(
+                y3, R.reshape(st, R.shape([4, 4]))
+            )  # reshape folds (64 bytes); y4 kept: run-time
             R.output(y1, y2, y4)
         return (y1, y2, y4)
 
@@ -61,8 +69,12 @@ class Growing:
 class GrowingExpected:
     @R.function
     def main(
-        x: R.Tensor((64, 64), "float32"), x2: R.Tensor((32, 32), "float32"), s: R.Tensor((4, 4), "float32")
-    ) -> R.Tuple(R.Tensor((64, 64), "float32"), R.Tensor((32, 32), "float32"), R.Tensor((4, 4), "float32")):
+        x: R.Tensor((64, 64), "float32"),
+        x2: R.Tensor((32, 32), "float32"),
+        s: R.Tensor((4, 4), "float32"),
+    ) -> R.Tuple(
+        R.Tensor((64, 64), "float32"), R.Tensor((32, 32), "float32"), R.Tensor((4, 4), "float32")
+    ):
         with R.dataflow():
             bc = R.broadcast_to(R.const(1.5, "float32"), R.shape([64, 64]))
             tl = R.tile(R.const(S), [16, 16])
@@ -83,7 +95,9 @@ class OnlyGrowing:
         with R.dataflow():
             bc = R.broadcast_to(R.const(1.5, "float32"), R.shape([64, 64]))  # kept by size-guard
             tl = R.tile(R.const(S), [16, 16])  # kept by size-guard
-            zb = R.zeros(R.shape([64, 64]), "float32")  # kept by size-guard (and by stock: > 1024 elements)
+            zb = R.zeros(
+                R.shape([64, 64]), "float32"
+            )  # kept by size-guard (and by stock: > 1024 elements)
             y0 = R.add(x, bc)  # kept: run-time input
             y1 = R.add(y0, tl)  # kept: run-time input
             y2 = R.add(y1, zb)  # kept: run-time input
@@ -121,7 +135,9 @@ def test_default_policy_folds_what_size_guard_keeps():
 
 def test_size_guard_threshold_is_configurable():
     with fold_guard.policy_registry_scope():
-        fold_guard.register_policy(fold_guard.size_guard(4.0, min_result_bytes=1 << 20, name="huge-only"))
+        fold_guard.register_policy(
+            fold_guard.size_guard(4.0, min_result_bytes=1 << 20, name="huge-only")
+        )
         decisions = _by_label(fgr.plan(OnlyGrowing, "huge-only"))
     assert decisions["bc"].reason is Reason.FOLDED  # 16 KiB is below the 1 MiB threshold
     assert decisions["zb"].rule == "default"  # stock's own > 1024-element rule still applies
@@ -138,11 +154,19 @@ class Mixed:
     ):
         with R.dataflow():
             # folds: quantize of a constant (rule fold-quantize-of-constant)
-            q = R.quantize(R.const(W_FP32), R.const(0.25, "float32"), R.const(0, "int8"), axis=0, out_dtype="int8")
+            q = R.quantize(
+                R.const(W_FP32),
+                R.const(0.25, "float32"),
+                R.const(0, "int8"),
+                axis=0,
+                out_dtype="int8",
+            )
             # kept: dequantize of an integer constant (rule keep-dequantize-of-integer-constant)
             w = R.dequantize(q, R.const(0.25, "float32"), R.const(0, "int8"), axis=0)
             bc = R.broadcast_to(R.const(1.5, "float32"), R.shape([64, 64]))  # kept: size-guard
-            sm = R.broadcast_to(R.const(1.5, "float32"), R.shape([4, 4]))  # folds: no rule matches, default
+            sm = R.broadcast_to(
+                R.const(1.5, "float32"), R.shape([4, 4])
+            )  # folds: no rule matches, default
             y0 = R.add(x, w)  # kept: run-time input
             y1 = R.add(y0, sm)  # kept: run-time input
             y2 = R.add(xb, bc)  # kept: run-time input
@@ -154,7 +178,9 @@ class Mixed:
     "policy",
     [
         ["keep-qdq-weights", "size-guard"],
-        fold_guard.compose(fold_guard.get_policy("keep-qdq-weights"), fold_guard.get_policy("size-guard")),
+        fold_guard.compose(
+            fold_guard.get_policy("keep-qdq-weights"), fold_guard.get_policy("size-guard")
+        ),
     ],
     ids=["list", "compose"],
 )
@@ -162,8 +188,14 @@ def test_composed_policy_rules(policy):
     plan = fgr.plan(Mixed, policy)
     assert plan.policy_name == "keep-qdq-weights+size-guard"
     decisions = _by_label(plan)
-    assert (decisions["q"].reason, decisions["q"].rule) == (Reason.FOLDED, "fold-quantize-of-constant")
-    assert (decisions["w"].reason, decisions["w"].rule) == (Reason.KEPT_BY_POLICY, "keep-dequantize-of-integer-constant")
+    assert (decisions["q"].reason, decisions["q"].rule) == (
+        Reason.FOLDED,
+        "fold-quantize-of-constant",
+    )
+    assert (decisions["w"].reason, decisions["w"].rule) == (
+        Reason.KEPT_BY_POLICY,
+        "keep-dequantize-of-integer-constant",
+    )
     assert (decisions["bc"].reason, decisions["bc"].rule) == (Reason.KEPT_BY_POLICY, "size-guard")
     assert (decisions["sm"].reason, decisions["sm"].rule) == (Reason.FOLDED, "default")
 
@@ -177,12 +209,13 @@ def test_composed_policy_output():
     assert isinstance(q, tvm.ir.GenericConst) and q.value.numpy().dtype == np.int8
     assert bindings["bc"].op.name == "relax.broadcast_to"
     # Each policy alone does only its part.
-    assert [b.var.name for b in fgr.FoldConstant("size-guard")(Mixed)["main"].body.blocks[0].bindings] == [
-        "bc", "y0", "y1", "y2"
-    ]
-    assert [b.var.name for b in fgr.FoldConstant("keep-qdq-weights")(Mixed)["main"].body.blocks[0].bindings] == [
-        "w", "y0", "y1", "y2"
-    ]
+    assert [
+        b.var.name for b in fgr.FoldConstant("size-guard")(Mixed)["main"].body.blocks[0].bindings
+    ] == ["bc", "y0", "y1", "y2"]
+    assert [
+        b.var.name
+        for b in fgr.FoldConstant("keep-qdq-weights")(Mixed)["main"].body.blocks[0].bindings
+    ] == ["w", "y0", "y1", "y2"]
 
 
 # -------------------------------------------------------------------------- backend policy
@@ -193,8 +226,18 @@ def _keep_multiply_policy(name: str = "my-npu") -> FoldPolicy:
         name,
         "an NPU that wants multiplies by constants kept, and ones() folded whatever the size",
         (
-            Rule("keep-multiply", Action.KEEP, "the NPU fuses multiply", lambda call: call.op == "relax.multiply"),
-            Rule("fold-ones", Action.FOLD, "the NPU has no ones()", lambda call: call.op == "relax.ones"),
+            Rule(
+                "keep-multiply",
+                Action.KEEP,
+                "the NPU fuses multiply",
+                lambda call: call.op == "relax.multiply",
+            ),
+            Rule(
+                "fold-ones",
+                Action.FOLD,
+                "the NPU has no ones()",
+                lambda call: call.op == "relax.ones",
+            ),
         ),
     )
 
@@ -208,7 +251,9 @@ class ForBackend:
         with R.dataflow():
             a = R.add(R.const(A), R.const(B))  # folds: no rule matches, the default folds
             m = R.multiply(a, R.const(B))  # kept by my-npu rule keep-multiply
-            o = R.ones((40, 40), "float32")  # folds by my-npu rule fold-ones (stock keeps > 1024 elements)
+            o = R.ones(
+                (40, 40), "float32"
+            )  # folds by my-npu rule fold-ones (stock keeps > 1024 elements)
             y = R.add(x, m)  # kept: run-time input
             yb = R.add(xb, o)  # kept: run-time input
             R.output(y, yb)
@@ -236,7 +281,10 @@ def test_backend_policy_registered_by_name():
         transform = fgr.FoldConstant("my-npu", strict=True)
         check_before_after(ForBackend, ForBackendExpected, transform)
         decisions = _by_label(fgr.plan(ForBackend, "my-npu"))
-        assert (decisions["m"].reason, decisions["m"].rule) == (Reason.KEPT_BY_POLICY, "keep-multiply")
+        assert (decisions["m"].reason, decisions["m"].rule) == (
+            Reason.KEPT_BY_POLICY,
+            "keep-multiply",
+        )
         assert (decisions["o"].reason, decisions["o"].rule) == (Reason.FOLDED, "fold-ones")
     # The scope restored the registry; a pass built inside it keeps its resolved policy.
     assert "my-npu" not in [p.name for p in fold_guard.list_policies()]
@@ -247,7 +295,9 @@ def test_backend_policy_registered_by_name():
 
 def test_backend_policy_unchanged_when_everything_is_kept():
     """A policy that keeps every call leaves the module as it was."""
-    keep_all = FoldPolicy("keep-all", "keep everything", (Rule("all", Action.KEEP, "all", lambda call: True),))
+    keep_all = FoldPolicy(
+        "keep-all", "keep everything", (Rule("all", Action.KEEP, "all", lambda call: True),)
+    )
     with fold_guard.policy_registry_scope():
         fold_guard.register_policy(keep_all)
         check_before_after(ForBackend, ForBackend, fgr.FoldConstant("keep-all", strict=True))
@@ -266,12 +316,16 @@ def test_duplicate_registration_is_an_error_unless_replace():
 # ------------------------------------------------------------------------- unknown names
 
 
-@pytest.mark.parametrize("spec", ["my-npu", ["keep-qdq-weights", "no-such-policy"]], ids=["name", "in-list"])
+@pytest.mark.parametrize(
+    "spec", ["my-npu", ["keep-qdq-weights", "no-such-policy"]], ids=["name", "in-list"]
+)
 def test_unknown_policy_raises_at_construction(spec):
     with pytest.raises(fold_guard.UnknownPolicyError) as info:
         fgr.FoldConstant(spec)
     message = str(info.value)
-    assert "default, fold-qnn, keep-qdq-weights, qdq-accelerator, size-guard, weights-only" in message
+    assert (
+        "default, fold-qnn, keep-qdq-weights, qdq-accelerator, size-guard, weights-only" in message
+    )
     assert repr(spec if isinstance(spec, str) else spec[1]) in message
     assert isinstance(info.value, ValueError)  # PreconditionError is a ValueError
 
@@ -303,7 +357,9 @@ def test_plan_does_not_change_the_module_and_explains_every_call():
     assert lines[0].startswith("fold plan under policy 'keep-qdq-weights':")
     assert len(lines) == 1 + len(labels)
     for line, decision in zip(lines[1:], plan.decisions):
-        assert line.strip().startswith(f"main: {decision.label} = {decision.op}: {decision.reason.text}")
+        assert line.strip().startswith(
+            f"main: {decision.label} = {decision.op}: {decision.reason.text}"
+        )
     assert "w = relax.dequantize: kept by policy [keep-dequantize-of-integer-constant]" in text
     assert "q = relax.quantize: folded [fold-quantize-of-constant]" in text
     assert "y0 = relax.add: not constant: 'x' is a run-time input" in text
@@ -332,13 +388,19 @@ def test_weights_only_on_the_transformer_block_folds_exactly_the_weights_and_bia
     weights = len(onnx_models.weight_shapes(model))
     folded_dq = [d for d in result.plan.folded if d.op == "relax.dequantize"]
     assert len(folded_dq) == 2 * weights  # one weight and one bias per Gemm
-    assert sorted(d.op for d in result.plan.folded if d.op != "relax.dequantize") == ["relax.permute_dims"] * weights
+    assert (
+        sorted(d.op for d in result.plan.folded if d.op != "relax.dequantize")
+        == ["relax.permute_dims"] * weights
+    )
     kept = [d for d in result.plan.kept if d.rule == "keep-non-weight-constants"]
     assert {op for d in kept for op in users(d)} == {"relax.nn.layer_norm", "relax.multiply"}
-    assert len(kept) == 5  # 2 layer norms x (scale, bias) + the constant factor of the attention scores
+    assert (
+        len(kept) == 5
+    )  # 2 layer norms x (scale, bias) + the constant factor of the attention scores
     feed = onnx_models.input_feed(model)
     np.testing.assert_allclose(
         onnx_models.run_relax(result.mod, list(feed.values()))[0],
         onnx_models.run_relax(mod, list(feed.values()))[0],
-        rtol=0, atol=1e-6,
+        rtol=0,
+        atol=1e-6,
     )

@@ -14,17 +14,15 @@ the ``default`` policy our output is structurally equal to stock's and runs bit-
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import pytest
+import tvm
+from _common import onnx_models
+from tvm import relax
 
-import tvm  # noqa: E402
-from tvm import relax  # noqa: E402
-
-import fold_guard.relax as fgr  # noqa: E402
-from fold_guard import Reason  # noqa: E402
-from _common import onnx_models  # noqa: E402
+import fold_guard.relax as fgr
+from fold_guard import Reason
 
 KEEP = "keep-qdq-weights"
 KEEP_RULE = "keep-dequantize-of-integer-constant"
@@ -50,8 +48,11 @@ def _is_const(expr):
 
 def _calls(mod, op_name):
     return [
-        b for b in _bindings(mod)
-        if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op) and b.value.op.name == op_name
+        b
+        for b in _bindings(mod)
+        if isinstance(b.value, relax.Call)
+        and isinstance(b.value.op, tvm.ir.Op)
+        and b.value.op.name == op_name
     ]
 
 
@@ -64,7 +65,8 @@ def _weight_dequantizes(mod):
     """Dequantize bindings fed by a constant, or by quantize(constant): the weights and biases."""
     quantized_constants = {b.var for b in _const_data_calls(mod, "relax.quantize")}
     return [
-        b for b in _calls(mod, "relax.dequantize")
+        b
+        for b in _calls(mod, "relax.dequantize")
         if _is_const(b.value.args[0]) or b.value.args[0] in quantized_constants
     ]
 
@@ -129,7 +131,9 @@ def test_stock_destroys_the_weight_pattern(model):
 
 def test_default_is_stock(model):
     tvm.ir.assert_structural_equal(model.default.mod, model.stock)
-    assert [b.var.name for b in _bindings(model.default.mod)] == [b.var.name for b in _bindings(model.stock)]
+    assert [b.var.name for b in _bindings(model.default.mod)] == [
+        b.var.name for b in _bindings(model.stock)
+    ]
 
 
 def test_keep_qdq_weights_keeps_every_weight_dequantize(model):
@@ -140,9 +144,11 @@ def test_keep_qdq_weights_keeps_every_weight_dequantize(model):
     # Each kept dequantize still feeds what it fed in the import (conv2d / matmul through
     # reshape / permute_dims), and no quantize of a constant is left.
     assert _const_data_calls(model.keep.mod, "relax.quantize") == []
-    consumers = {b.value.op.name for b in _bindings(model.keep.mod) if any(
-        isinstance(arg, relax.Var) and arg in {k.var for k in kept} for arg in b.value.args
-    )}
+    consumers = {
+        b.value.op.name
+        for b in _bindings(model.keep.mod)
+        if any(isinstance(arg, relax.Var) and arg in {k.var for k in kept} for arg in b.value.args)
+    }
     assert consumers == {"relax.nn.conv2d", "relax.reshape", "relax.permute_dims", "relax.add"}
 
 
@@ -183,7 +189,9 @@ def test_report_counts_match_the_ir(model):
     # their input was, naming the rule and the kept dequantize.
     plan = model.keep.report.plan
     assert [d.rule for d in plan.folded] == [FOLD_Q_RULE] * n_quantize
-    kept_dequantize = [d for d in plan.kept if d.reason is Reason.KEPT_BY_POLICY and d.op == "relax.dequantize"]
+    kept_dequantize = [
+        d for d in plan.kept if d.reason is Reason.KEPT_BY_POLICY and d.op == "relax.dequantize"
+    ]
     assert len(kept_dequantize) == len(_weight_dequantizes(model.imported)) == 10
     assert {d.rule for d in kept_dequantize} == {KEEP_RULE}
     inherited = [d for d in plan.kept if d.reason is Reason.KEPT_WITH_INPUT]
@@ -214,9 +222,14 @@ def test_every_stage_matches_onnxruntime(model):
     for seed in SEEDS:
         feed = onnx_models.sample_input(seed)
         (expected,) = onnx_models.run_onnxruntime(model.onnx, feed)
-        outputs = {stage: model.run(stage, feed["input"]) for stage in ("unfolded", "stock", "ours-default", "ours-keep")}
+        outputs = {
+            stage: model.run(stage, feed["input"])
+            for stage in ("unfolded", "stock", "ours-default", "ours-keep")
+        }
         for stage, actual in outputs.items():
-            np.testing.assert_allclose(actual, expected, rtol=0, atol=atol, err_msg=f"{stage}, seed {seed}")
+            np.testing.assert_allclose(
+                actual, expected, rtol=0, atol=atol, err_msg=f"{stage}, seed {seed}"
+            )
         # Guarantee 2: our default fold is bit-identical to stock's; keeping Q/DQ changes nothing.
         np.testing.assert_array_equal(outputs["ours-default"], outputs["stock"])
         np.testing.assert_array_equal(outputs["ours-keep"], outputs["unfolded"])

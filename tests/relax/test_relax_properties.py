@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tvm import relax
 
 import fold_guard.relax as fgr
 
@@ -38,7 +37,9 @@ _STEP = st.tuples(
     st.integers(0, 5),  # 0 means: wrap in fold_allow (about one step in six)
 )
 _MODULE = st.tuples(
-    st.lists(st.lists(st.integers(-3, 3), min_size=4, max_size=4), min_size=1, max_size=3),  # constants
+    st.lists(
+        st.lists(st.integers(-3, 3), min_size=4, max_size=4), min_size=1, max_size=3
+    ),  # constants
     st.lists(_STEP, min_size=1, max_size=7),
 )
 
@@ -79,7 +80,11 @@ def _count(mod, op_name):
     found = []
 
     def visit(node):
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == op_name:
+        if (
+            isinstance(node, relax.Call)
+            and isinstance(node.op, tvm.ir.Op)
+            and node.op.name == op_name
+        ):
             found.append(node)
 
     relax.analysis.post_order_visit(mod["main"], visit)
@@ -95,7 +100,9 @@ def _check_barriers_hold(mod, n_barriers, barriers, downstream, stage):
     values = _bound_values(mod)
     for name in barriers + downstream:
         assert name in values, f"{stage}: {name} was folded away"
-        assert isinstance(values[name], relax.Call), f"{stage}: {name} became {type(values[name]).__name__}"
+        assert isinstance(values[name], relax.Call), (
+            f"{stage}: {name} became {type(values[name]).__name__}"
+        )
     for name in barriers:
         assert values[name].op.name == "relax.fold_barrier", stage
 
@@ -118,7 +125,9 @@ def test_random_barriers_hold_and_pass_is_pure(spec):
     # Guarantee 3: a later stock FoldConstant does not cross the barriers either.
     stock_after = relax.transform.FoldConstant()(ours)
     _check_barriers_hold(stock_after, n_barriers, barriers, downstream, "ours+stock")
-    _check_barriers_hold(relax.transform.FoldConstant()(mod), n_barriers, barriers, downstream, "stock")
+    _check_barriers_hold(
+        relax.transform.FoldConstant()(mod), n_barriers, barriers, downstream, "stock"
+    )
 
     # Guarantee 4: deterministic, and idempotent on its own output.
     tvm.ir.assert_structural_equal(PASS(mod), ours)

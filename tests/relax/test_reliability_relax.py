@@ -11,17 +11,18 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from golden import CONSTANT_TYPE, op_calls
+from support.reliability import check_concurrent_like_sequential
 from tvm import relax
 
 import fold_guard
 import fold_guard.relax as fgr
 from fold_guard import Reason
 
-from support.reliability import check_concurrent_like_sequential
-from golden import CONSTANT_TYPE, op_calls
 
-
-def _two_calls(make: Callable[[np.ndarray], relax.Expr], first: np.ndarray, second: np.ndarray) -> tvm.IRModule:
+def _two_calls(
+    make: Callable[[np.ndarray], relax.Expr], first: np.ndarray, second: np.ndarray
+) -> tvm.IRModule:
     """``main(x) = (make(first), make(second), x)``: two calls of one op signature, two shapes."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((1,), "float32"))
@@ -104,7 +105,12 @@ def test_legalization_fallback_isolates_the_failing_call():
         assert "LegalizeOps failed" in mean.detail
     folded = fgr.fold(mod).mod
     assert not op_calls(folded, "relax.exp") and len(op_calls(folded, "relax.mean")) == 1
-    (exp_value,) = [a for call in op_calls(folded, "relax.add") for a in call.args if isinstance(a, CONSTANT_TYPE)]
+    (exp_value,) = [
+        a
+        for call in op_calls(folded, "relax.add")
+        for a in call.args
+        if isinstance(a, CONSTANT_TYPE)
+    ]
     np.testing.assert_allclose(exp_value.value.numpy(), np.exp(np.ones(3, "float32")), rtol=1e-6)
 
 
@@ -136,12 +142,17 @@ def test_unnormalized_module_is_refused_and_untouched(entry):
     Fixed: every entry refuses such a module up front, naming the binding, and changes nothing."""
     mod = _unnormalized_module()
     saved = tvm.ir.save_json(mod)
-    with pytest.raises(fold_guard.PreconditionError, match=r"function main: lv = relax.exp\(\.\.\.\) has no type yet.*Normalize"):
+    with pytest.raises(
+        fold_guard.PreconditionError,
+        match=r"function main: lv = relax.exp\(\.\.\.\) has no type yet.*Normalize",
+    ):
         entry(mod)
     assert tvm.ir.save_json(mod) == saved
     # Normalized, the same module folds as stock folds it.
     normalized = relax.transform.Normalize()(mod)
-    assert tvm_ffi.structural_equal(fgr.fold(normalized).mod, relax.transform.FoldConstant()(normalized))
+    assert tvm_ffi.structural_equal(
+        fgr.fold(normalized).mod, relax.transform.FoldConstant()(normalized)
+    )
 
 
 def _qdq_module(rows: int) -> tvm.IRModule:
@@ -184,7 +195,11 @@ def test_raising_policy_rule_through_the_pass_names_policy_rule_and_call():
     mod = _qdq_module(3)
     saved = tvm.ir.save_json(mod)
     message = r"policy 'my-npu', rule 'keep-exp', on main: lv = relax.quantize: the predicate raised ZeroDivisionError"
-    for entry in (lambda m: fgr.FoldConstant(policy)(m), lambda m: fgr.fold(m, policy=policy), lambda m: fgr.plan(m, policy)):
+    for entry in (
+        lambda m: fgr.FoldConstant(policy)(m),
+        lambda m: fgr.fold(m, policy=policy),
+        lambda m: fgr.plan(m, policy),
+    ):
         with pytest.raises(fold_guard.PolicyRuleError, match=message):
             entry(mod)
     assert tvm.ir.save_json(mod) == saved
@@ -211,7 +226,10 @@ def test_builders_refuse_annotations_on_non_tensors(builder, kind):
     raised IndexError on an allow over them, stock FoldConstant asserted on a barrier over a
     shape, and a barrier over a string did not build. Only tensors are supported now."""
     make, type_name = NON_TENSORS[kind]
-    with pytest.raises(fold_guard.UnsupportedIRError, match=rf"fold_(barrier|allow) annotates tensors only, .* is a {type_name}"):
+    with pytest.raises(
+        fold_guard.UnsupportedIRError,
+        match=rf"fold_(barrier|allow) annotates tensors only, .* is a {type_name}",
+    ):
         builder(make())
 
 
@@ -225,11 +243,19 @@ def test_non_tensor_annotations_are_refused_by_type_inference_and_the_pass(op_na
         with bb.function("main", []):
             bb.emit_func_output(bb.emit(annotation))
     s = relax.Var("s", relax.ShapeType([4]))
-    func = relax.Function([], relax.SeqExpr([relax.BindingBlock([relax.VarBinding(s, annotation)])], s), relax.ShapeType([4]))
+    func = relax.Function(
+        [],
+        relax.SeqExpr([relax.BindingBlock([relax.VarBinding(s, annotation)])], s),
+        relax.ShapeType([4]),
+    )
     mod = tvm.IRModule({"main": func})
     saved = tvm.ir.save_json(mod)
     for entry in (fgr.fold, fgr.plan, lambda m: fgr.FoldConstant()(m)):
-        with pytest.raises(fold_guard.UnsupportedIRError, match=r"function main: s = fold_(barrier|allow) annotates tensors only, but its operand R.shape\(\[4\]\) is a ShapeType"):
+        with pytest.raises(
+            fold_guard.UnsupportedIRError,
+            match=r"function main: s = fold_(barrier|allow) annotates tensors only, "
+            r"but its operand R.shape\(\[4\]\) is a ShapeType",
+        ):
             entry(mod)
     assert tvm.ir.save_json(mod) == saved
 
@@ -257,7 +283,12 @@ def _creation_module(op, shape, dtype) -> tvm.IRModule:
     [
         ("weights-only", relax.op.zeros, (2, 3), "float32"),
         ("weights-only", relax.op.ones, (4,), "int32"),
-        ("size-guard", relax.op.zeros, (512,), "float64"),  # 4096 bytes, within stock's 1024 elements
+        (
+            "size-guard",
+            relax.op.zeros,
+            (512,),
+            "float64",
+        ),  # 4096 bytes, within stock's 1024 elements
     ],
     ids=["weights-only-zeros", "weights-only-ones", "size-guard-zeros"],
 )
@@ -279,7 +310,10 @@ def test_annotate_carries_keeps_of_calls_without_operands(policy, op, shape, dty
     want = _run_main(reference, inputs)
     for folded in (fgr.fold(annotated.mod).mod, relax.transform.FoldConstant()(annotated.mod)):
         assert not fgr.plan(folded).folded  # nothing left to fold: the keep held
-        assert len(op_calls(folded, "relax.full")) == 1 and len(op_calls(folded, "relax.fold_barrier")) == 1
+        assert (
+            len(op_calls(folded, "relax.full")) == 1
+            and len(op_calls(folded, "relax.fold_barrier")) == 1
+        )
         np.testing.assert_array_equal(_run_main(folded, inputs), want)
 
 
@@ -297,10 +331,16 @@ def _single_call(shape, make) -> tvm.IRModule:
 ZERO_SIZE_CASES = {
     # stock folds these: the legalized kernel of a reduction over a zero-size axis reads nothing
     "sum-over-empty-axis": ((0, 3), lambda x: relax.op.sum(x, axis=[0])),
-    "sum-of-empty-via-matmul": ((2, 0), lambda x: relax.op.matmul(x, relax.const(np.ones((0, 3), "float32")))),
+    "sum-of-empty-via-matmul": (
+        (2, 0),
+        lambda x: relax.op.matmul(x, relax.const(np.ones((0, 3), "float32"))),
+    ),
     # and not these: their kernels take the zero-size parameter as an argument
     "exp-of-empty": ((0, 3), lambda x: relax.op.exp(x)),
-    "concat-with-empty": ((0, 3), lambda x: relax.op.concat([x, relax.const(np.ones((2, 3), "float32"))], axis=0)),
+    "concat-with-empty": (
+        (0, 3),
+        lambda x: relax.op.concat([x, relax.const(np.ones((2, 3), "float32"))], axis=0),
+    ),
 }
 
 
@@ -312,7 +352,9 @@ def test_zero_size_parameters_fold_as_stock_folds_them(case):
     exactly when the call's kernel does not read it."""
     shape, make = ZERO_SIZE_CASES[case]
     mod = _single_call(shape, make)
-    tvm.ir.assert_structural_equal(fgr.fold(mod, strict=True).mod, relax.transform.FoldConstant()(mod))
+    tvm.ir.assert_structural_equal(
+        fgr.fold(mod, strict=True).mod, relax.transform.FoldConstant()(mod)
+    )
     empty = np.zeros(shape, "float32")
     np.testing.assert_array_equal(_run_main(fgr.fold(mod).mod, empty), _run_main(mod, empty))
 

@@ -1,7 +1,7 @@
 """A TVM release the Relax adapter does not know: a clear error, and the core still imports.
 
-    tvm.__version__ = "0.16.0"  ==>  import fold_guard          works (core only)
-                                     import fold_guard.relax    UnsupportedIRError with an install hint
+tvm.__version__ = "0.16.0"  ==>  import fold_guard          works (core only)
+                                 import fold_guard.relax    UnsupportedIRError with an install hint
 """
 
 import subprocess
@@ -26,9 +26,14 @@ def test_unknown_tvm_release_is_refused_clearly():
             print("refused:", err)
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
-    assert "refused: fold_guard.relax supports apache-tvm 0.27.x, but tvm 0.16.0 is installed" in result.stdout
+    assert (
+        "refused: fold_guard.relax supports apache-tvm 0.27.x, but tvm 0.16.0 is installed"
+        in result.stdout
+    )
     assert "pip install 'apache-tvm==0.27.0.post1'" in result.stdout
 
 
@@ -47,7 +52,12 @@ def test_relay_adapter_is_refused_clearly_on_a_tvm_without_relay():
             print("refused:", err)
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
-    assert "refused: fold_guard.relay needs a TVM build with Relay (0.9 to 0.19); tvm 0.27" in result.stdout
+    assert (
+        "refused: fold_guard.relay needs a TVM build with Relay (0.9 to 0.19); tvm 0.27"
+        in result.stdout
+    )
     assert "hhb-tvm==3.2.3" in result.stdout

@@ -42,10 +42,9 @@ from typing import Callable
 
 import numpy as np
 import tvm
+from relay_ir import op_calls
 from tvm import relay
 from tvm.contrib import graph_executor
-
-from relay_ir import op_calls
 
 __all__ = [
     "BUILDERS",
@@ -175,9 +174,7 @@ def _seed(name: str) -> int:
 
 
 def _concrete_shape(ty: relay.TensorType) -> tuple[int, ...]:
-    return tuple(
-        DYNAMIC_DIM if isinstance(dim, tvm.tir.Any) else int(dim) for dim in ty.shape
-    )
+    return tuple(DYNAMIC_DIM if isinstance(dim, tvm.tir.Any) else int(dim) for dim in ty.shape)
 
 
 def _random_array(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> np.ndarray:
@@ -216,7 +213,9 @@ def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def _f32(rng: np.random.Generator, *shape: int, lo: float = -1.0, hi: float = 1.0) -> relay.Constant:
+def _f32(
+    rng: np.random.Generator, *shape: int, lo: float = -1.0, hi: float = 1.0
+) -> relay.Constant:
     # explicit dtype: relay.const turns float64 into float32 and int64 into int32 silently
     return relay.const(rng.uniform(lo, hi, size=shape).astype("float32"), "float32")
 
@@ -324,7 +323,11 @@ def batch_norm_consts() -> relay.Function:
     rng = _rng(6)
     x = _var("x", (1, 4, 3, 3))
     bn = relay.nn.batch_norm(
-        _f32(rng, 1, 4, 3, 3), _f32(rng, 4), _f32(rng, 4), _f32(rng, 4), _f32(rng, 4, lo=0.5, hi=2.0)
+        _f32(rng, 1, 4, 3, 3),
+        _f32(rng, 4),
+        _f32(rng, 4),
+        _f32(rng, 4),
+        _f32(rng, 4, lo=0.5, hi=2.0),
     )
     # stock: batch_norm folds (the interpreter runs SimplifyInference) to a 3-tuple of
     # constants, bn[0] becomes the first; add(x, .) stays
@@ -405,7 +408,9 @@ def mixed_const_runtime() -> relay.Function:
     c0, c1, c2 = _f32(rng, 2, 3), _f32(rng, 2, 3), _f32(rng, 1, 3)
     a = relay.add(x, c0)  # stock: stays (x)
     b = relay.multiply(c1, x)  # stock: stays (x)
-    cat = relay.concatenate(relay.Tuple([relay.add(a, b), c2]), axis=0)  # stock: stays (a Tuple with a call)
+    cat = relay.concatenate(
+        relay.Tuple([relay.add(a, b), c2]), axis=0
+    )  # stock: stays (a Tuple with a call)
     return _fn([x], cat)
 
 
@@ -475,11 +480,14 @@ def let_bound_constants() -> relay.Function:
     c0, c1, c2 = _f32(rng, 3, 4), _f32(rng, 3, 4), _f32(rng, 3, 4)
     k, a, b, y, z = (relay.var(n) for n in ("k", "a", "b", "y", "z"))
     body = relay.Let(
-        k, c2,  # stock: a let of a constant: inlined, dropped
+        k,
+        c2,  # stock: a let of a constant: inlined, dropped
         relay.Let(
-            a, relay.add(c0, c1),  # stock: folds, inlined, dropped
+            a,
+            relay.add(c0, c1),  # stock: folds, inlined, dropped
             relay.Let(
-                b, relay.multiply(a, k),  # stock: folds, inlined, dropped
+                b,
+                relay.multiply(a, k),  # stock: folds, inlined, dropped
                 relay.Let(y, relay.add(x, b), relay.Let(z, relay.nn.relu(y), z)),  # stock: stay
             ),
         ),
@@ -510,9 +518,11 @@ def anf_split_tuple() -> relay.Function:
     x = _var("x", (2, 4))
     t, a, y = relay.var("t"), relay.var("a"), relay.var("y")
     body = relay.Let(
-        t, relay.split(_f32(rng, 6, 4), 3, axis=0).astuple(),  # stock: -> let t = (C0, C1, C2)
+        t,
+        relay.split(_f32(rng, 6, 4), 3, axis=0).astuple(),  # stock: -> let t = (C0, C1, C2)
         relay.Let(
-            a, relay.TupleGetItem(t, 0),  # stock: stays (t is a Var)
+            a,
+            relay.TupleGetItem(t, 0),  # stock: stays (t is a Var)
             relay.Let(y, relay.add(x, a), y),  # stock: stays
         ),
     )
@@ -570,7 +580,9 @@ def nested_closures() -> relay.Function:
     rng = _rng(21)
     x, y, z = _var("x", (5,)), _var("y", (5,)), _var("z", (5,))
     inner = _fn([z], relay.multiply(z, relay.exp(_f32(rng, 5))))  # stock: exp folds
-    outer = _fn([y], relay.add(relay.Call(inner, [y]), relay.negative(_f32(rng, 5))))  # negative folds
+    outer = _fn(
+        [y], relay.add(relay.Call(inner, [y]), relay.negative(_f32(rng, 5)))
+    )  # negative folds
     return _fn([x], relay.Call(outer, [x]))  # stock: the calls to closures stay
 
 
@@ -610,7 +622,9 @@ def multi_function() -> tvm.IRModule:
     mod = tvm.IRModule()
     leaf, helper = relay.GlobalVar("leaf"), relay.GlobalVar("helper")
     z = _var("z", (4,))
-    mod[leaf] = _fn([z], relay.multiply(z, relay.negative(_f32(rng, 4))), _vec4())  # stock: negative folds
+    mod[leaf] = _fn(
+        [z], relay.multiply(z, relay.negative(_f32(rng, 4))), _vec4()
+    )  # stock: negative folds
     y = _var("y", (4,))
     helper_body = relay.add(relay.Call(leaf, [y]), relay.abs(_f32(rng, 4)))  # stock: abs folds
     mod[helper] = _fn([y], helper_body, _vec4())
@@ -663,8 +677,10 @@ def compiler_function_only() -> tvm.IRModule:
 
 
 @_case(
-    UNCHANGED, {"qnn.quantize": 1, "qnn.dense": 1},
-    fold_qnn=CHANGES, ops_fold_qnn={"qnn.dense": 1},
+    UNCHANGED,
+    {"qnn.quantize": 1, "qnn.dense": 1},
+    fold_qnn=CHANGES,
+    ops_fold_qnn={"qnn.dense": 1},
 )
 def qnn_quantize_const() -> relay.Function:
     """qnn.quantize(fp32 weight) feeding qnn.dense on an int8 activation."""
@@ -679,8 +695,10 @@ def qnn_quantize_const() -> relay.Function:
 
 
 @_case(
-    UNCHANGED, {"qnn.dequantize": 1, "nn.dense": 1},
-    fold_qnn=CHANGES, ops_fold_qnn={"nn.dense": 1},
+    UNCHANGED,
+    {"qnn.dequantize": 1, "nn.dense": 1},
+    fold_qnn=CHANGES,
+    ops_fold_qnn={"nn.dense": 1},
 )
 def qnn_dequantize_const() -> relay.Function:
     """QDQ weight: dense(x, dequantize(int8 const)). fold_qnn turns the weight into fp32."""
@@ -693,8 +711,10 @@ def qnn_dequantize_const() -> relay.Function:
 
 
 @_case(
-    UNCHANGED, {"qnn.requantize": 1, "add": 1},
-    fold_qnn=CHANGES, ops_fold_qnn={"add": 1},
+    UNCHANGED,
+    {"qnn.requantize": 1, "add": 1},
+    fold_qnn=CHANGES,
+    ops_fold_qnn={"add": 1},
 )
 def qnn_requantize_const() -> relay.Function:
     """qnn.requantize of an int32 constant to int8."""
@@ -709,8 +729,10 @@ def qnn_requantize_const() -> relay.Function:
 
 
 @_case(
-    UNCHANGED, {"qnn.add": 2},
-    fold_qnn=CHANGES, ops_fold_qnn={"qnn.add": 1},
+    UNCHANGED,
+    {"qnn.add": 2},
+    fold_qnn=CHANGES,
+    ops_fold_qnn={"qnn.add": 1},
 )
 def qnn_add_const() -> relay.Function:
     """qnn.add of two int8 constants, then qnn.add with an activation."""
@@ -726,8 +748,10 @@ def qnn_add_const() -> relay.Function:
 
 
 @_case(
-    UNCHANGED, {"qnn.conv2d": 1, "add": 1},
-    fold_qnn=CHANGES, ops_fold_qnn={"add": 1},
+    UNCHANGED,
+    {"qnn.conv2d": 1, "add": 1},
+    fold_qnn=CHANGES,
+    ops_fold_qnn={"add": 1},
 )
 def qnn_conv2d_const() -> relay.Function:
     """qnn.conv2d of constant int8 data and weight."""
@@ -744,8 +768,10 @@ def qnn_conv2d_const() -> relay.Function:
 
 
 @_case(
-    UNCHANGED, {"qnn.dense": 1, "qnn.requantize": 1, "add": 1},
-    fold_qnn=CHANGES, ops_fold_qnn={"add": 1},
+    UNCHANGED,
+    {"qnn.dense": 1, "qnn.requantize": 1, "add": 1},
+    fold_qnn=CHANGES,
+    ops_fold_qnn={"add": 1},
 )
 def qnn_dense_requantize_const() -> relay.Function:
     """qnn.dense of int8 constants, requantized to int8: a whole constant QNN subgraph."""
@@ -757,7 +783,9 @@ def qnn_dense_requantize_const() -> relay.Function:
     wscale, wzp = _qparams(0.02)
     acc = relay.qnn.op.dense(data, weight, dzp, wzp, dscale, wscale, units=4)  # fold_qnn: folds
     out_scale, out_zp = _qparams(0.5, -3)
-    r = relay.qnn.op.requantize(acc, _scalar(0.001, "float32"), _scalar(0, "int32"), out_scale, out_zp)
+    r = relay.qnn.op.requantize(
+        acc, _scalar(0.001, "float32"), _scalar(0, "int32"), out_scale, out_zp
+    )
     return _fn([x], relay.add(x, r))  # stays (x)
 
 
@@ -775,11 +803,15 @@ def qnn_activation_int8_weights() -> relay.Function:
     conv = relay.qnn.op.conv2d(x, w_conv, xzp, wzp, xscale, wscale, kernel_size=(3, 3), channels=4)
     biased = relay.add(conv, _int(rng, "int32", 1, 4, 1, 1, lo=-500, hi=500))
     act_scale, act_zp = _qparams(0.1)
-    r = relay.qnn.op.requantize(biased, _scalar(0.001, "float32"), _scalar(0, "int32"), act_scale, act_zp)
+    r = relay.qnn.op.requantize(
+        biased, _scalar(0.001, "float32"), _scalar(0, "int32"), act_scale, act_zp
+    )
     flat = relay.reshape(r, (1, 144))
     w_dense = _int(rng, "int8", 5, 144, lo=-127, hi=128)
     dense = relay.qnn.op.dense(flat, w_dense, act_zp, wzp, act_scale, wscale, units=5)
-    out = relay.qnn.op.requantize(dense, _scalar(0.002, "float32"), _scalar(0, "int32"), act_scale, act_zp)
+    out = relay.qnn.op.requantize(
+        dense, _scalar(0.002, "float32"), _scalar(0, "int32"), act_scale, act_zp
+    )
     return _fn([x], out)
 
 
@@ -787,7 +819,13 @@ def qnn_activation_int8_weights() -> relay.Function:
     UNCHANGED,
     {"qnn.quantize": 3, "qnn.conv2d": 1, "add": 1, "qnn.requantize": 1, "qnn.dequantize": 1},
     fold_qnn=CHANGES,
-    ops_fold_qnn={"qnn.quantize": 1, "qnn.conv2d": 1, "add": 1, "qnn.requantize": 1, "qnn.dequantize": 1},
+    ops_fold_qnn={
+        "qnn.quantize": 1,
+        "qnn.conv2d": 1,
+        "add": 1,
+        "qnn.requantize": 1,
+        "qnn.dequantize": 1,
+    },
 )
 def qnn_constant_weights_activation_graph() -> relay.Function:
     """The TVM PR 11228 review case: quantize(const) weight and bias next to QNN ops on x.
@@ -812,7 +850,8 @@ def qnn_constant_weights_activation_graph() -> relay.Function:
 
 
 @_case(
-    CHANGES, {"qnn.dequantize": 1, "nn.dense": 1, "add": 1},
+    CHANGES,
+    {"qnn.dequantize": 1, "nn.dense": 1, "add": 1},
     ops_fold_qnn={"nn.dense": 1, "add": 1},
 )
 def qnn_mixed_float_and_qnn() -> relay.Function:
@@ -876,8 +915,13 @@ def mixed_layout_transform() -> relay.Function:
     data = relay.layout_transform(x, "NCHW", "NCHW4c")  # stays (x)
     weight = relay.layout_transform(_f32(rng, 8, 8, 3, 3), "OIHW", "OIHW4i4o")  # stock: folds
     conv = relay.nn.conv2d(
-        data, weight, channels=8, kernel_size=(3, 3), padding=(1, 1),
-        data_layout="NCHW4c", kernel_layout="OIHW4i4o",
+        data,
+        weight,
+        channels=8,
+        kernel_size=(3, 3),
+        padding=(1, 1),
+        data_layout="NCHW4c",
+        kernel_layout="OIHW4i4o",
     )
     bias = relay.reshape(_f32(rng, 8), (1, 2, 1, 1, 4))  # stock: folds
     return _fn([x], relay.layout_transform(relay.add(conv, bias), "NCHW4c", "NCHW"))
@@ -916,7 +960,9 @@ def split_returned_tuple() -> relay.Function:
 # ---------------------------------------------------------------------------------------------
 
 
-def on_cpu(expr: relay.Expr, *, constrain_result: bool = True, constrain_body: bool = True) -> relay.Call:
+def on_cpu(
+    expr: relay.Expr, *, constrain_result: bool = True, constrain_body: bool = True
+) -> relay.Call:
     """``expr`` under an ``on_device`` for the CPU (both constraints unless told otherwise)."""
     return relay.op.annotation.on_device(
         expr, tvm.cpu(), constrain_result=constrain_result, constrain_body=constrain_body
@@ -930,7 +976,9 @@ def on_device_let_chain() -> relay.Function:
     x = _var("x", (4,))
     sb = relay.ScopeBuilder()
     a = sb.let("a", on_cpu(_f32(rng, 4)))  # stock: a simple constant: inlined as on_device(C)
-    b = sb.let("b", on_cpu(relay.exp(relay.subtract(a, _f32(rng, 4)))))  # folds: inlined as on_device(C')
+    b = sb.let(
+        "b", on_cpu(relay.exp(relay.subtract(a, _f32(rng, 4))))
+    )  # folds: inlined as on_device(C')
     y = sb.let("y", on_cpu(relay.multiply(x, b)))  # stays (x), with on_device(C') as its operand
     sb.ret(y)
     return _fn([x], sb.get())
@@ -942,7 +990,9 @@ def on_device_graph_result() -> relay.Function:
     rng = _rng(44)
     x = _var("x", (2, 3))
     c = on_cpu(relay.exp(on_cpu(_f32(rng, 2, 3))), constrain_body=False)  # stock: exp folds
-    scaled = on_cpu(relay.multiply(c, _f32(rng, 3)), constrain_body=False)  # folds; on_device(C) stays
+    scaled = on_cpu(
+        relay.multiply(c, _f32(rng, 3)), constrain_body=False
+    )  # folds; on_device(C) stays
     return _fn([x], relay.add(x, scaled))  # stays (x)
 
 
@@ -951,7 +1001,9 @@ def on_device_graph_body() -> relay.Function:
     """on_device(constrain_body), the annotation's default, around constant and run-time calls: stock folds through."""
     rng = _rng(45)
     x = _var("x", (5,))
-    body_only = on_cpu(relay.negative(_f32(rng, 5)), constrain_result=False)  # stock: negative folds
+    body_only = on_cpu(
+        relay.negative(_f32(rng, 5)), constrain_result=False
+    )  # stock: negative folds
     both = on_cpu(relay.abs(body_only), constrain_result=False)  # folds: on_device(C) stays
     runtime = on_cpu(relay.nn.relu(x), constrain_result=False)  # stays (x)
     return _fn([x], relay.add(runtime, both))
@@ -977,7 +1029,10 @@ def on_device_if_condition() -> relay.Function:
     """If on on_device(less(C0, C1)): the condition folds to on_device(C), and stock takes its branch."""
     rng = _rng(47)
     x = _var("x", (4,))
-    cond = on_cpu(relay.less(_scalar(1.0, "float32"), relay.sum(_f32(rng, 4, lo=1, hi=2))), constrain_result=False)  # folds: True
+    cond = on_cpu(
+        relay.less(_scalar(1.0, "float32"), relay.sum(_f32(rng, 4, lo=1, hi=2))),
+        constrain_result=False,
+    )  # folds: True
     taken = relay.add(x, relay.multiply(_f32(rng, 4), _f32(rng, 4)))  # multiply folds, add stays
     return _fn([x], relay.subtract(relay.If(cond, taken, relay.negative(x)), x))
 
@@ -1007,7 +1062,11 @@ def on_device_unconstrained_tuple() -> relay.Function:
     """on_device with neither constraint holds no device: reading its tuple gives the bare field."""
     rng = _rng(50)
     x = _var("x", (4,))
-    tup = on_cpu(relay.Tuple([relay.sqrt(_f32(rng, 4, lo=1, hi=2)), x]), constrain_result=False, constrain_body=False)
+    tup = on_cpu(
+        relay.Tuple([relay.sqrt(_f32(rng, 4, lo=1, hi=2)), x]),
+        constrain_result=False,
+        constrain_body=False,
+    )
     # stock: sqrt folds; tup.0 -> C (no on_device), then add(C, C) folds too
     folded = relay.add(relay.TupleGetItem(tup, 0), _f32(rng, 4))
     return _fn([x], relay.Tuple([relay.add(folded, x), tup]))

@@ -8,7 +8,9 @@ import tvm
 from tvm import relay
 
 
-def op_calls(where: Union[tvm.IRModule, relay.Expr], op_name: Optional[str] = None) -> List[relay.Call]:
+def op_calls(
+    where: Union[tvm.IRModule, relay.Expr], op_name: Optional[str] = None
+) -> List[relay.Call]:
     """Calls of primitive ops (``op_name`` only, if given) in ``where``, nested functions included.
 
     ``where`` is an expression (a function, say ``mod["main"]``), or a module: then every Relay

@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 import pytest
 import tvm
+from relay_ir import op_calls
 from tvm import relay, topi
 from tvm.contrib import graph_executor
 from tvm.relay.op import op as relay_op
@@ -32,9 +33,9 @@ import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Action, Reason
 
-from relay_ir import op_calls
-
-TARGET = tvm.target.Target("llvm -mtriple=x86_64-linux-gnu")  # hhb's default "llvm" triple is riscv64
+TARGET = tvm.target.Target(
+    "llvm -mtriple=x86_64-linux-gnu"
+)  # hhb's default "llvm" triple is riscv64
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)
 B = np.full(SHAPE, 2.0, dtype="float32")
@@ -47,7 +48,6 @@ W_INT8 = (W_FP32 / SCALE).astype("int8")
 X_QNN = np.linspace(-1.0, 1.0, 8, dtype="float32").reshape(2, 4)
 
 TEST_IDENTITY_OP = "fold_guard_test.identity"
-
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -77,7 +77,9 @@ def assert_input_unchanged(mod: tvm.IRModule, saved: str) -> None:
     tvm.ir.assert_structural_equal(mod, tvm.ir.load_json(saved), map_free_vars=True)
 
 
-def check_before_after(before: tvm.IRModule, expected: tvm.IRModule, transform: tvm.transform.Pass) -> tvm.IRModule:
+def check_before_after(
+    before: tvm.IRModule, expected: tvm.IRModule, transform: tvm.transform.Pass
+) -> tvm.IRModule:
     """``transform(before)`` is structurally ``expected``; ``before`` itself is left untouched."""
     saved = tvm.ir.save_json(before)
     after = transform(before)
@@ -133,7 +135,9 @@ def barrier_on_constant_subgraph_expected() -> tvm.IRModule:
 def plain_constant_subgraph() -> tvm.IRModule:
     """barrier_on_constant_subgraph without the barrier: the reference for run-time numerics."""
     x = _x()
-    return _module([x], relay.maximum(x, relay.subtract(relay.multiply(relay.add(_c(A), _c(B)), _c(B)), _c(B))))
+    return _module(
+        [x], relay.maximum(x, relay.subtract(relay.multiply(relay.add(_c(A), _c(B)), _c(B)), _c(B)))
+    )
 
 
 def test_barrier_operand_folds_consumer_does_not():
@@ -141,7 +145,9 @@ def test_barrier_operand_folds_consumer_does_not():
     c = A + B; m = c * B; b = barrier(m); d = b - B; y = max(x, d)
         ==>  b = barrier(<(A+B)*B>); d = b - B; y = max(x, d)
     """
-    check_before_after(barrier_on_constant_subgraph(), barrier_on_constant_subgraph_expected(), STRICT)
+    check_before_after(
+        barrier_on_constant_subgraph(), barrier_on_constant_subgraph_expected(), STRICT
+    )
 
 
 def test_barrier_decisions_and_reasons():
@@ -182,7 +188,9 @@ def barrier_on_runtime_value() -> tvm.IRModule:
     return _module([x], relay.multiply(b, _c(B)))  # kept: behind the barrier (and not constant)
 
 
-@pytest.mark.parametrize("before", [barrier_on_literal_constant, barrier_on_runtime_value], ids=["literal", "runtime"])
+@pytest.mark.parametrize(
+    "before", [barrier_on_literal_constant, barrier_on_runtime_value], ids=["literal", "runtime"]
+)
 @pytest.mark.parametrize("policy", ["default", "fold-qnn"])
 def test_barrier_unchanged(before, policy):
     """Nothing to fold: Expected is Before, under both built-in Relay policies and stock."""
@@ -205,7 +213,10 @@ def test_shape_of_a_barrier_stays():
     check_before_after(shape_of_barrier(), shape_of_barrier(), STRICT)
     plan = fgr.plan(shape_of_barrier())
     assert _decision(plan, "shape_of").reason is Reason.KEPT_BY_BARRIER
-    assert _decision(plan, "shape_of").detail == f"input {_decision(plan, 'fold_barrier').label} is downstream of barrier {_decision(plan, 'fold_barrier').label}"
+    barrier = _decision(plan, "fold_barrier").label
+    assert (
+        _decision(plan, "shape_of").detail == f"input {barrier} is downstream of barrier {barrier}"
+    )
     x = _x()
     plain = _module([x], relay.add(relay.cast(relay.shape_of(x), "float32"), relay.sum(x)))
     assert _decision(fgr.plan(plain), "shape_of").reason is Reason.FOLDED
@@ -227,7 +238,9 @@ def test_identity_op() -> Iterator[tvm.ir.Op]:
         op.set_num_inputs(1)
         op.add_argument("data", "Tensor", "The input.")
         op.add_type_rel("Identity")
-        relay_op.register_compute(TEST_IDENTITY_OP, lambda _attrs, inputs, _out: [topi.identity(inputs[0])])
+        relay_op.register_compute(
+            TEST_IDENTITY_OP, lambda _attrs, inputs, _out: [topi.identity(inputs[0])]
+        )
         relay_op.register_injective_schedule(TEST_IDENTITY_OP)
         relay_op.register_pattern(TEST_IDENTITY_OP, relay_op.OpPattern.INJECTIVE)
     yield relay.op.get(TEST_IDENTITY_OP)
@@ -267,7 +280,9 @@ def test_barrier_survives_later_stock_fold_constant():
 
 def test_stock_alone_folds_the_operand_but_not_across_the_barrier():
     """fold_barrier is TOpIsStateful: stock folds above it, never the barrier or below."""
-    check_before_after(barrier_on_constant_subgraph(), barrier_on_constant_subgraph_expected(), STOCK)
+    check_before_after(
+        barrier_on_constant_subgraph(), barrier_on_constant_subgraph_expected(), STOCK
+    )
 
 
 def test_annotated_modules_build_and_match_unannotated():
@@ -326,10 +341,16 @@ def allow_removes_itself() -> tvm.IRModule:
 def test_allow_disappears_once_operand_folds():
     """c = A + B; a = allow(c); y = x * a  ==>  y = x * <A+B>"""
     x = _x()
-    after = check_before_after(allow_removes_itself(), _module([x], relay.multiply(x, _c(A + B))), STRICT)
+    after = check_before_after(
+        allow_removes_itself(), _module([x], relay.multiply(x, _c(A + B))), STRICT
+    )
     assert op_calls(after, "fold_allow") == []
     plan = fgr.plan(allow_removes_itself())
-    assert _reasons(plan) == {"add": Reason.FOLDED, "fold_allow": Reason.FOLDED, "multiply": Reason.NOT_CONSTANT}
+    assert _reasons(plan) == {
+        "add": Reason.FOLDED,
+        "fold_allow": Reason.FOLDED,
+        "multiply": Reason.NOT_CONSTANT,
+    }
     assert _decision(plan, "fold_allow").rule == "fold_allow"
 
 
@@ -345,7 +366,9 @@ def quantized_weight(allow: bool) -> tvm.IRModule:
     q = relay.qnn.op.quantize(_c(W_FP32), relay.const(SCALE), relay.const(0), out_dtype="int8")
     if allow:
         q = fgr.fold_allow(q)  # folds: quantize of a constant, asked for explicitly
-    dq = relay.qnn.op.dequantize(q, relay.const(SCALE), relay.const(0))  # kept: QNN op, default policy
+    dq = relay.qnn.op.dequantize(
+        q, relay.const(SCALE), relay.const(0)
+    )  # kept: QNN op, default policy
     return _module([x], relay.add(x, dq))  # kept: x is a run-time input
 
 
@@ -415,11 +438,17 @@ def test_qnn_on_activations_stays_inside_and_outside_allow():
 
     def build(weight: relay.Expr) -> tvm.IRModule:
         act = relay.qnn.op.dequantize(
-            relay.qnn.op.quantize(x, relay.const(SCALE), relay.const(0), out_dtype="int8"), relay.const(SCALE), relay.const(0)
+            relay.qnn.op.quantize(x, relay.const(SCALE), relay.const(0), out_dtype="int8"),
+            relay.const(SCALE),
+            relay.const(0),
         )
-        return _module([x], relay.add(act, relay.qnn.op.dequantize(weight, relay.const(SCALE), relay.const(0))))
+        return _module(
+            [x], relay.add(act, relay.qnn.op.dequantize(weight, relay.const(SCALE), relay.const(0)))
+        )
 
-    quantize_w = relay.qnn.op.quantize(_c(W_FP32), relay.const(SCALE), relay.const(0), out_dtype="int8")
+    quantize_w = relay.qnn.op.quantize(
+        _c(W_FP32), relay.const(SCALE), relay.const(0), out_dtype="int8"
+    )
     before = build(fgr.fold_allow(quantize_w))
     after = check_before_after(before, build(_c(W_INT8)), STRICT)
     assert len(op_calls(after, "qnn.quantize")) == 1 and len(op_calls(after, "qnn.dequantize")) == 2
@@ -433,7 +462,9 @@ def allow_over_runtime_value() -> tvm.IRModule:
 
 
 def test_allow_over_runtime_value_stays():
-    check_before_after(allow_over_runtime_value(), allow_over_runtime_value(), fgr.FoldConstant(strict=False))
+    check_before_after(
+        allow_over_runtime_value(), allow_over_runtime_value(), fgr.FoldConstant(strict=False)
+    )
     decision = _decision(fgr.plan(allow_over_runtime_value()), "fold_allow")
     assert decision.action is Action.KEEP and decision.reason is Reason.NOT_CONSTANT
     assert "not constant" in decision.detail
@@ -468,12 +499,17 @@ def barrier_inside_allow_expected() -> tvm.IRModule:
 
 def test_barrier_inside_allowed_subgraph_wins():
     """a = A+B; b = barrier(a); c = b*B; d = allow(c) ==> b = barrier(<A+B>); c, d stay"""
-    check_before_after(barrier_inside_allow(), barrier_inside_allow_expected(), fgr.FoldConstant(strict=False))
+    check_before_after(
+        barrier_inside_allow(), barrier_inside_allow_expected(), fgr.FoldConstant(strict=False)
+    )
     plan = fgr.plan(barrier_inside_allow())
     assert _decision(plan, "fold_barrier").reason is Reason.KEPT_BY_BARRIER
     assert _decision(plan, "multiply").reason is Reason.KEPT_BY_BARRIER
     assert _decision(plan, "fold_allow").reason is Reason.KEPT_BY_BARRIER
-    assert [d.reason for d in plan.decisions if d.op == "add"] == [Reason.FOLDED, Reason.NOT_CONSTANT]
+    assert [d.reason for d in plan.decisions if d.op == "add"] == [
+        Reason.FOLDED,
+        Reason.NOT_CONSTANT,
+    ]
 
 
 def test_barrier_inside_allowed_subgraph_strict_raises():
@@ -496,7 +532,9 @@ def test_allow_of_barrier_is_an_error_and_input_unchanged():
     before = allow_of_barrier()
     saved = tvm.ir.save_json(before)
     for entry in (fgr.fold, fgr.plan, fgr.FoldConstant()):
-        with pytest.raises(fold_guard.ConflictingAnnotationsError, match=r"fold_allow\(.*\).*fold_barrier") as info:
+        with pytest.raises(
+            fold_guard.ConflictingAnnotationsError, match=r"fold_allow\(.*\).*fold_barrier"
+        ) as info:
             entry(before)
         assert "fold_barrier(fold_allow(x))" in str(info.value)  # the hint: the order that works
     assert_input_unchanged(before, saved)
@@ -516,7 +554,12 @@ def test_barrier_of_allow_is_fine():
 
 @pytest.mark.parametrize(
     "build",
-    [barrier_inside_allow, barrier_inside_allow_expected, allow_removes_itself, lambda: quantized_weight(allow=True)],
+    [
+        barrier_inside_allow,
+        barrier_inside_allow_expected,
+        allow_removes_itself,
+        lambda: quantized_weight(allow=True),
+    ],
     ids=["before", "folded-form", "allow", "qnn-allow"],
 )
 def test_print_json_and_reparse_round_trip(build):
@@ -573,9 +616,15 @@ def test_importing_twice_is_harmless():
     assert not attrs_after["fold_allow"]["TOpIsStateful"]
     assert relay.op.get("fold_barrier").get_attr("FTVMCompute") is not None
     # The ops, the printer/parser, the pass and the build all still work after the reload.
-    check_before_after(barrier_on_constant_subgraph(), barrier_on_constant_subgraph_expected(), fgr.FoldConstant(strict=True))
+    check_before_after(
+        barrier_on_constant_subgraph(),
+        barrier_on_constant_subgraph_expected(),
+        fgr.FoldConstant(strict=True),
+    )
     mod = barrier_inside_allow()
-    tvm.ir.assert_structural_equal(relay.transform.InferType()(tvm.relay.parse(mod.astext())), mod, map_free_vars=True)
+    tvm.ir.assert_structural_equal(
+        relay.transform.InferType()(tvm.relay.parse(mod.astext())), mod, map_free_vars=True
+    )
     np.testing.assert_array_equal(_run(mod, x=X), X + (A + B) * B)
 
 
@@ -585,7 +634,9 @@ def test_importing_twice_is_harmless():
 def _byte_cases() -> dict[str, Callable[[], tvm.IRModule]]:
     def untyped() -> tvm.IRModule:
         x = _x()
-        return tvm.IRModule.from_expr(relay.Function([x], relay.add(x, fgr.fold_barrier(relay.add(_c(A), _c(B))))))
+        return tvm.IRModule.from_expr(
+            relay.Function([x], relay.add(x, fgr.fold_barrier(relay.add(_c(A), _c(B)))))
+        )
 
     return {"typed": barrier_on_constant_subgraph, "untyped": untyped, "conflict": allow_of_barrier}
 
@@ -612,9 +663,13 @@ def test_input_is_byte_for_byte_unchanged(case, entry):
 
 def test_allow_constant_qnn_keeps_module_attributes() -> None:
     """allow_constant_qnn only adds annotations: the module's attributes come through too."""
-    w = relay.qnn.op.quantize(relay.const(np.ones((2, 2), "float32")), relay.const(0.5), relay.const(0))
+    w = relay.qnn.op.quantize(
+        relay.const(np.ones((2, 2), "float32")), relay.const(0.5), relay.const(0)
+    )
     x = relay.var("x", shape=(2, 2), dtype="int8")
-    mod = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, w))).with_attr("fold_guard_test", tvm.runtime.String("kept"))
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, w))).with_attr(
+        "fold_guard_test", tvm.runtime.String("kept")
+    )
     annotated = fgr.allow_constant_qnn(mod)
     assert annotated["main"].body.args[1].op.name == "fold_allow"
     assert str(annotated.attrs["fold_guard_test"]) == "kept"

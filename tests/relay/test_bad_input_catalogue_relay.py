@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import tvm
 from relay_ir import op_calls
+from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
 from tvm import relax, relay
 
 import fold_guard
 import fold_guard.relay as fgr
-from fold_guard import Action, FoldPolicy, Rule
-from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
+from fold_guard import FoldPolicy, Rule
 
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)
@@ -49,24 +49,34 @@ def _relax_module() -> tvm.IRModule:
 
 
 def _ill_typed() -> tvm.IRModule:
-    return _module(lambda x: relay.add(x, relay.add(relay.const(A), relay.const(np.ones((4, 5), "float32")))))
+    return _module(
+        lambda x: relay.add(x, relay.add(relay.const(A), relay.const(np.ones((4, 5), "float32"))))
+    )
 
 
 def _tuple_annotation(annotate) -> tvm.IRModule:
     x = _x((2, 1))
     parts = relay.split(relay.const(A[:, :2]), 2, axis=1).astuple()
-    return tvm.IRModule.from_expr(relay.Function([x], relay.add(x, relay.TupleGetItem(annotate(parts), 0))))
+    return tvm.IRModule.from_expr(
+        relay.Function([x], relay.add(x, relay.TupleGetItem(annotate(parts), 0)))
+    )
 
 
 def _dynamic_allow() -> tvm.IRModule:
     x = relay.var("x", shape=(relay.Any(), 3), dtype="float32")
-    return tvm.IRModule.from_expr(relay.Function([x], relay.multiply(fgr.fold_allow(relay.add(x, relay.const(A[0]))), relay.const(2.0))))
+    return tvm.IRModule.from_expr(
+        relay.Function(
+            [x], relay.multiply(fgr.fold_allow(relay.add(x, relay.const(A[0]))), relay.const(2.0))
+        )
+    )
 
 
 def _primitive_module() -> tvm.IRModule:
     p = _x()
     mod = tvm.IRModule()
-    mod["fused"] = relay.Function([p], relay.add(p, relay.exp(relay.const(A)))).with_attr("Primitive", tvm.tir.IntImm("int32", 1))
+    mod["fused"] = relay.Function([p], relay.add(p, relay.exp(relay.const(A)))).with_attr(
+        "Primitive", tvm.tir.IntImm("int32", 1)
+    )
     mod["main"] = _exp_module()["main"]
     return mod
 
@@ -89,7 +99,11 @@ def _nonfinite_module() -> tvm.IRModule:
 def _qnn_nonfinite_module() -> tvm.IRModule:
     w = relay.const(np.array([[np.nan, 1e30, -np.inf], [1, 2, 3]], "float32"))
     q = relay.qnn.op.quantize(w, relay.const(0.5), relay.const(0), out_dtype="int8")
-    return _module(lambda x: relay.add(x, relay.qnn.op.dequantize(fgr.fold_allow(q), relay.const(0.5), relay.const(0))))
+    return _module(
+        lambda x: relay.add(
+            x, relay.qnn.op.dequantize(fgr.fold_allow(q), relay.const(0.5), relay.const(0))
+        )
+    )
 
 
 def _copy(mod: tvm.IRModule) -> tvm.IRModule:
@@ -106,7 +120,9 @@ def _like_stock_fold_qnn(result, mod) -> None:
     """The allowed ``qnn.quantize`` of NaN / huge values folds to the bits ``fold_qnn=True`` gives."""
     (quantize,) = op_calls(_copy(mod), "qnn.quantize")
     alone = tvm.IRModule.from_expr(relay.Function([], quantize))
-    want = relay.transform.FoldConstant(fold_qnn=True)(relay.transform.InferType()(alone))["main"].body
+    want = relay.transform.FoldConstant(fold_qnn=True)(relay.transform.InferType()(alone))[
+        "main"
+    ].body
     (dequantize,) = op_calls(result.mod, "qnn.dequantize")
     np.testing.assert_array_equal(dequantize.args[0].data.numpy(), want.data.numpy())
 
@@ -120,41 +136,187 @@ STRICT = lambda mod: fgr.fold(mod, strict=True)  # noqa: E731
 
 KINDS: Dict[str, Kind] = {
     # not a module at all, or not Relay
-    "not-a-module-none": Kind(lambda: None, FOLD, fold_guard.UnsupportedIRError, r"expects a tvm.IRModule, got NoneType"),
-    "not-a-module-str": Kind(lambda: "def @main() {}", FOLD, fold_guard.UnsupportedIRError, r"got str"),
-    "not-a-module-function": Kind(lambda: _exp_module()["main"], lambda f: fgr.plan(f), fold_guard.UnsupportedIRError, r"got Function.*fold_function"),
-    "fold-function-of-a-module": Kind(_exp_module, fgr.fold_function, fold_guard.UnsupportedIRError, r"fold_function expects a relay.Function, got IRModule"),
-    "relax-module": Kind(_relax_module, FOLD, fold_guard.UnsupportedIRError, r"function encoder is a tvm\.relax.*Function.*fold_guard.relax"),
-    "does-not-type-check": Kind(_ill_typed, FOLD, fold_guard.PreconditionError, r"(?s)does not type-check.*(\[4, 5\]|\(4, 5\)).*InferType"),
+    "not-a-module-none": Kind(
+        lambda: None, FOLD, fold_guard.UnsupportedIRError, r"expects a tvm.IRModule, got NoneType"
+    ),
+    "not-a-module-str": Kind(
+        lambda: "def @main() {}", FOLD, fold_guard.UnsupportedIRError, r"got str"
+    ),
+    "not-a-module-function": Kind(
+        lambda: _exp_module()["main"],
+        lambda f: fgr.plan(f),
+        fold_guard.UnsupportedIRError,
+        r"got Function.*fold_function",
+    ),
+    "fold-function-of-a-module": Kind(
+        _exp_module,
+        fgr.fold_function,
+        fold_guard.UnsupportedIRError,
+        r"fold_function expects a relay.Function, got IRModule",
+    ),
+    "relax-module": Kind(
+        _relax_module,
+        FOLD,
+        fold_guard.UnsupportedIRError,
+        r"function encoder is a tvm\.relax.*Function.*fold_guard.relax",
+    ),
+    "does-not-type-check": Kind(
+        _ill_typed,
+        FOLD,
+        fold_guard.PreconditionError,
+        r"(?s)does not type-check.*(\[4, 5\]|\(4, 5\)).*InferType",
+    ),
     # functions=
-    "functions-names-a-missing-function": Kind(_exp_module, lambda m: fgr.fold(m, functions=["encoder"]), fold_guard.PreconditionError, r"functions names 'encoder'.*: main"),
-    "functions-of-wrong-type": Kind(_exp_module, lambda m: fgr.FoldConstant(functions=[3])(m), fold_guard.PreconditionError, r"functions must name global functions by string, got int 3"),
-    "functions-as-one-string": Kind(_exp_module, lambda m: fgr.fold(m, functions="main"), check=_like_stock),
+    "functions-names-a-missing-function": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, functions=["encoder"]),
+        fold_guard.PreconditionError,
+        r"functions names 'encoder'.*: main",
+    ),
+    "functions-of-wrong-type": Kind(
+        _exp_module,
+        lambda m: fgr.FoldConstant(functions=[3])(m),
+        fold_guard.PreconditionError,
+        r"functions must name global functions by string, got int 3",
+    ),
+    "functions-as-one-string": Kind(
+        _exp_module, lambda m: fgr.fold(m, functions="main"), check=_like_stock
+    ),
     "primitive-function": Kind(_primitive_module, FOLD, check=_like_stock),
     # policies
-    "unknown-policy": Kind(_exp_module, lambda m: fgr.fold(m, policy="npu-turbo"), fold_guard.UnknownPolicyError, r"unknown fold policy 'npu-turbo'; registered"),
-    "misspelt-policy": Kind(_exp_module, lambda m: fgr.fold(m, policy="fold_qnn"), fold_guard.UnknownPolicyError, r"'fold_qnn'; did you mean 'fold-qnn'\?"),
-    "misspelt-policy-in-pass": Kind(_exp_module, lambda m: fgr.FoldConstant("qdq-acclerator")(m), fold_guard.UnknownPolicyError, r"did you mean 'qdq-accelerator'\?"),
-    "empty-policy-list": Kind(_exp_module, lambda m: fgr.fold(m, policy=[]), fold_guard.PreconditionError, r"non-empty list of them, got \[\]"),
-    "policy-of-wrong-type": Kind(_exp_module, lambda m: fgr.plan(m, 3.5), fold_guard.PreconditionError, r"policy must be .*, got 3.5"),
-    "duplicate-registration": Kind(_exp_module, register_twice, fold_guard.PreconditionError, r"a policy named 'my-npu' is already registered"),
-    "raising-rule": Kind(_exp_module, lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: 1 / 0)), fold_guard.PolicyRuleError, r"policy 'my-npu', rule 'keep-exp', on main: %0 = exp: the predicate raised ZeroDivisionError"),
-    "non-bool-rule": Kind(_exp_module, lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: "no")), fold_guard.PolicyRuleError, r"on main: %0 = exp: the predicate returned str 'no'"),
-    "ndarray-rule": Kind(_exp_module, lambda m: fgr.plan(m, keep_exp_policy(lambda call: np.ones(2, bool))), fold_guard.PolicyRuleError, r"on main: %0 = exp: the predicate returned ndarray"),
-    "rule-with-str-action": Kind(_exp_module, lambda m: fgr.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "fold", "d", bool),))), fold_guard.PreconditionError, r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'fold'"),
-    "size-guard-str": Kind(_exp_module, lambda m: fgr.fold(m, policy=fold_guard.size_guard("2")), fold_guard.PreconditionError, r"size_guard growth_factor must be a number > 0, got '2'"),
-    "negative-budget": Kind(_exp_module, lambda m: fgr.fold(m, max_fold_bytes=-1), fold_guard.PreconditionError, r"max_fold_bytes must be a byte count .* got int -1"),
-    "annotate-with-wrong-params": Kind(_exp_module, lambda m: fgr.annotate(m, params={"w": np.ones(2, "float32")}), fold_guard.PreconditionError, r"params \['w'\] are not parameters of main"),
+    "unknown-policy": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy="npu-turbo"),
+        fold_guard.UnknownPolicyError,
+        r"unknown fold policy 'npu-turbo'; registered",
+    ),
+    "misspelt-policy": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy="fold_qnn"),
+        fold_guard.UnknownPolicyError,
+        r"'fold_qnn'; did you mean 'fold-qnn'\?",
+    ),
+    "misspelt-policy-in-pass": Kind(
+        _exp_module,
+        lambda m: fgr.FoldConstant("qdq-acclerator")(m),
+        fold_guard.UnknownPolicyError,
+        r"did you mean 'qdq-accelerator'\?",
+    ),
+    "empty-policy-list": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=[]),
+        fold_guard.PreconditionError,
+        r"non-empty list of them, got \[\]",
+    ),
+    "policy-of-wrong-type": Kind(
+        _exp_module,
+        lambda m: fgr.plan(m, 3.5),
+        fold_guard.PreconditionError,
+        r"policy must be .*, got 3.5",
+    ),
+    "duplicate-registration": Kind(
+        _exp_module,
+        register_twice,
+        fold_guard.PreconditionError,
+        r"a policy named 'my-npu' is already registered",
+    ),
+    "raising-rule": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: 1 / 0)),
+        fold_guard.PolicyRuleError,
+        r"policy 'my-npu', rule 'keep-exp', on main: %0 = exp: the predicate raised ZeroDivisionError",
+    ),
+    "non-bool-rule": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: "no")),
+        fold_guard.PolicyRuleError,
+        r"on main: %0 = exp: the predicate returned str 'no'",
+    ),
+    "ndarray-rule": Kind(
+        _exp_module,
+        lambda m: fgr.plan(m, keep_exp_policy(lambda call: np.ones(2, bool))),
+        fold_guard.PolicyRuleError,
+        r"on main: %0 = exp: the predicate returned ndarray",
+    ),
+    "rule-with-str-action": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "fold", "d", bool),))),
+        fold_guard.PreconditionError,
+        r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'fold'",
+    ),
+    "size-guard-str": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, policy=fold_guard.size_guard("2")),
+        fold_guard.PreconditionError,
+        r"size_guard growth_factor must be a number > 0, got '2'",
+    ),
+    "negative-budget": Kind(
+        _exp_module,
+        lambda m: fgr.fold(m, max_fold_bytes=-1),
+        fold_guard.PreconditionError,
+        r"max_fold_bytes must be a byte count .* got int -1",
+    ),
+    "annotate-with-wrong-params": Kind(
+        _exp_module,
+        lambda m: fgr.annotate(m, params={"w": np.ones(2, "float32")}),
+        fold_guard.PreconditionError,
+        r"params \['w'\] are not parameters of main",
+    ),
     # annotations
-    "conflicting-annotations": Kind(lambda: _module(lambda x: relay.add(x, fgr.fold_allow(fgr.fold_barrier(relay.exp(relay.const(A)))))), FOLD, fold_guard.ConflictingAnnotationsError, r"conflicting annotations in main: %\d+ = fold_allow\(%\d+\) where %\d+ = fold_barrier"),
-    "barrier-over-tuple": Kind(lambda: _tuple_annotation(fgr.fold_barrier), FOLD, fold_guard.UnsupportedIRError, r"function main: %\d+ = fold_barrier annotates tensors only, but its operand is a TupleType"),
-    "allow-over-tuple": Kind(lambda: _tuple_annotation(fgr.fold_allow), lambda m: fgr.FoldConstant()(m), fold_guard.UnsupportedIRError, r"function main: %\d+ = fold_allow annotates tensors only"),
-    "annotate-a-literal-tuple": Kind(lambda: relay.Tuple([relay.const(A)]), fgr.fold_barrier, fold_guard.UnsupportedIRError, r"fold_barrier annotates tensors only, got a relay.Tuple of 1 fields"),
-    "annotate-a-non-expression": Kind(lambda: A, fgr.fold_allow, fold_guard.UnsupportedIRError, r"fold_allow expects a Relay expression, got ndarray"),
-    "nested-annotations": Kind(lambda: _module(lambda x: relay.add(x, fgr.fold_barrier(fgr.fold_barrier(fgr.fold_allow(relay.exp(relay.const(A))))))), STRICT, check=_two_barriers_hold),
+    "conflicting-annotations": Kind(
+        lambda: _module(
+            lambda x: relay.add(x, fgr.fold_allow(fgr.fold_barrier(relay.exp(relay.const(A)))))
+        ),
+        FOLD,
+        fold_guard.ConflictingAnnotationsError,
+        r"conflicting annotations in main: %\d+ = fold_allow\(%\d+\) where %\d+ = fold_barrier",
+    ),
+    "barrier-over-tuple": Kind(
+        lambda: _tuple_annotation(fgr.fold_barrier),
+        FOLD,
+        fold_guard.UnsupportedIRError,
+        r"function main: %\d+ = fold_barrier annotates tensors only, but its operand is a TupleType",
+    ),
+    "allow-over-tuple": Kind(
+        lambda: _tuple_annotation(fgr.fold_allow),
+        lambda m: fgr.FoldConstant()(m),
+        fold_guard.UnsupportedIRError,
+        r"function main: %\d+ = fold_allow annotates tensors only",
+    ),
+    "annotate-a-literal-tuple": Kind(
+        lambda: relay.Tuple([relay.const(A)]),
+        fgr.fold_barrier,
+        fold_guard.UnsupportedIRError,
+        r"fold_barrier annotates tensors only, got a relay.Tuple of 1 fields",
+    ),
+    "annotate-a-non-expression": Kind(
+        lambda: A,
+        fgr.fold_allow,
+        fold_guard.UnsupportedIRError,
+        r"fold_allow expects a Relay expression, got ndarray",
+    ),
+    "nested-annotations": Kind(
+        lambda: _module(
+            lambda x: relay.add(
+                x, fgr.fold_barrier(fgr.fold_barrier(fgr.fold_allow(relay.exp(relay.const(A)))))
+            )
+        ),
+        STRICT,
+        check=_two_barriers_hold,
+    ),
     # strict
-    "allow-over-non-constant-strict": Kind(lambda: _module(lambda x: fgr.fold_allow(relay.exp(x))), STRICT, fold_guard.FoldNotPossibleError, r"function main: %\d+ = fold_allow\(\.\.\.\) cannot fold: not constant: input %\d+ is not constant"),
-    "allow-over-dynamic-shape-strict": Kind(_dynamic_allow, STRICT, fold_guard.FoldNotPossibleError, r"function main: %\d+ = fold_allow\(\.\.\.\) cannot fold: not constant: input %\d+ is not constant"),
+    "allow-over-non-constant-strict": Kind(
+        lambda: _module(lambda x: fgr.fold_allow(relay.exp(x))),
+        STRICT,
+        fold_guard.FoldNotPossibleError,
+        r"function main: %\d+ = fold_allow\(\.\.\.\) cannot fold: not constant: input %\d+ is not constant",
+    ),
+    "allow-over-dynamic-shape-strict": Kind(
+        _dynamic_allow,
+        STRICT,
+        fold_guard.FoldNotPossibleError,
+        r"function main: %\d+ = fold_allow\(\.\.\.\) cannot fold: not constant: input %\d+ is not constant",
+    ),
     # unusual but valid
     "nan-and-inf": Kind(_nonfinite_module, FOLD, check=_like_stock),
     "qnn-quantize-of-nan-and-huge": Kind(_qnn_nonfinite_module, STRICT, check=_like_stock_fold_qnn),

@@ -38,14 +38,13 @@ from typing import Callable, Dict, List, Tuple
 import numpy as np
 import pytest
 import tvm
+from _common import onnx_models
+from relay_ir import op_calls
 from tvm import relay
 from tvm.contrib import graph_executor
 from tvm.runtime import vm as vm_runtime
 
 import fold_guard.relay as fgr
-from _common import onnx_models
-
-from relay_ir import op_calls
 
 TARGET = onnx_models.RELAY_TARGET  # the host's triple: hhb's default "llvm" is riscv64
 RNG = np.random.default_rng(7)
@@ -90,7 +89,11 @@ def build_vm(mod: tvm.IRModule) -> Tuple[List[np.ndarray], Runner]:
 
     def run(inputs: Dict[str, np.ndarray]) -> List[np.ndarray]:
         result = machine.invoke("main", **inputs)
-        return [result.numpy()] if isinstance(result, tvm.nd.NDArray) else [field.numpy() for field in result]
+        return (
+            [result.numpy()]
+            if isinstance(result, tvm.nd.NDArray)
+            else [field.numpy() for field in result]
+        )
 
     return arrays, run
 
@@ -100,16 +103,26 @@ BUILDERS = {"relay.build": build_graph, "relay.vm.compile": build_vm}
 
 def barrier_operands(mod: tvm.IRModule) -> List[np.ndarray]:
     """The constant operands of every fold_barrier in ``main``."""
-    return [call.args[0].data.numpy() for call in op_calls(mod["main"], "fold_barrier") if isinstance(call.args[0], relay.Constant)]
+    return [
+        call.args[0].data.numpy()
+        for call in op_calls(mod["main"], "fold_barrier")
+        if isinstance(call.args[0], relay.Constant)
+    ]
 
 
 def contains(built: List[np.ndarray], array: np.ndarray) -> bool:
     """``array`` is among the built constants: same dtype, same shape, same bytes."""
-    return any(c.dtype == array.dtype and c.shape == array.shape and c.tobytes() == array.tobytes() for c in built)
+    return any(
+        c.dtype == array.dtype and c.shape == array.shape and c.tobytes() == array.tobytes()
+        for c in built
+    )
 
 
 def assert_barriers_hold_in_build(
-    annotated: tvm.IRModule, plain_built: Tuple[List[np.ndarray], Runner], inputs: Dict[str, np.ndarray], build
+    annotated: tvm.IRModule,
+    plain_built: Tuple[List[np.ndarray], Runner],
+    inputs: Dict[str, np.ndarray],
+    build,
 ) -> None:
     """Every barrier's int8 operand is in what ``build`` makes of ``annotated``, and none is in
     ``plain_built`` (the same pipeline's build of the module without barriers, where stock folds
@@ -127,12 +140,16 @@ def assert_barriers_hold_in_build(
 class _BarrierOnInt8Weights(relay.ExprMutator):
     def visit_constant(self, const: relay.Constant) -> relay.Expr:
         data = const.data
-        return fgr.fold_barrier(const) if str(data.dtype) == "int8" and len(data.shape) >= 2 else const
+        return (
+            fgr.fold_barrier(const) if str(data.dtype) == "int8" and len(data.shape) >= 2 else const
+        )
 
 
 def barrier_on_int8_weights(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with every int8 constant of rank >= 2 (the weights of these models) under a fold_barrier."""
-    return relay.transform.InferType()(tvm.IRModule.from_expr(_BarrierOnInt8Weights().visit(mod["main"])))
+    return relay.transform.InferType()(
+        tvm.IRModule.from_expr(_BarrierOnInt8Weights().visit(mod["main"]))
+    )
 
 
 # ------------------------------------------------------------------------- hand-written modules
@@ -146,22 +163,40 @@ def dequantized_dense(weight: relay.Expr) -> tvm.IRModule:
 
 def dequantized_conv2d(weight: relay.Expr) -> tvm.IRModule:
     x = relay.var("x", shape=(1, 3, 8, 8), dtype="float32")
-    w = relay.qnn.op.dequantize(weight, relay.const(np.array([0.02, 0.05, 0.1, 0.01], "float32")), relay.const(0), axis=0)
+    w = relay.qnn.op.dequantize(
+        weight, relay.const(np.array([0.02, 0.05, 0.1, 0.01], "float32")), relay.const(0), axis=0
+    )
     y = relay.nn.relu(relay.nn.conv2d(x, w, kernel_size=(3, 3), channels=4, padding=(1, 1)))
     return tvm.IRModule.from_expr(relay.Function([x], y))
 
 
 def qnn_dense(weight: relay.Expr) -> tvm.IRModule:
     x = relay.var("x", shape=(2, 16), dtype="int8")
-    y = relay.qnn.op.dense(x, weight, relay.const(0), relay.const(0), relay.const(0.5), relay.const(0.25), units=8)
-    y = relay.qnn.op.requantize(y, relay.const(0.125), relay.const(0), relay.const(0.5), relay.const(0), out_dtype="int8")
+    y = relay.qnn.op.dense(
+        x, weight, relay.const(0), relay.const(0), relay.const(0.5), relay.const(0.25), units=8
+    )
+    y = relay.qnn.op.requantize(
+        y, relay.const(0.125), relay.const(0), relay.const(0.5), relay.const(0), out_dtype="int8"
+    )
     return tvm.IRModule.from_expr(relay.Function([x], y))
 
 
 HAND_WRITTEN = {
-    "dequantize->nn.dense": (dequantized_dense, W_DENSE, {"x": RNG.uniform(-1, 1, (2, 16)).astype("float32")}),
-    "dequantize->nn.conv2d": (dequantized_conv2d, W_CONV, {"x": RNG.uniform(-1, 1, (1, 3, 8, 8)).astype("float32")}),
-    "qnn.dense->requantize": (qnn_dense, W_DENSE, {"x": RNG.integers(-60, 60, (2, 16)).astype("int8")}),
+    "dequantize->nn.dense": (
+        dequantized_dense,
+        W_DENSE,
+        {"x": RNG.uniform(-1, 1, (2, 16)).astype("float32")},
+    ),
+    "dequantize->nn.conv2d": (
+        dequantized_conv2d,
+        W_CONV,
+        {"x": RNG.uniform(-1, 1, (1, 3, 8, 8)).astype("float32")},
+    ),
+    "qnn.dense->requantize": (
+        qnn_dense,
+        W_DENSE,
+        {"x": RNG.integers(-60, 60, (2, 16)).astype("int8")},
+    ),
 }
 
 
@@ -182,7 +217,9 @@ def allow_not_constant() -> Tuple[tvm.IRModule, tvm.IRModule]:
     x = relay.var("x", shape=(2, 16), dtype="float32")
     c, d = relay.const(RNG.uniform(-1, 1, (2, 16)).astype("float32")), relay.const(np.float32(3.0))
     return (
-        tvm.IRModule.from_expr(relay.Function([x], relay.multiply(fgr.fold_allow(relay.add(x, c)), d))),
+        tvm.IRModule.from_expr(
+            relay.Function([x], relay.multiply(fgr.fold_allow(relay.add(x, c)), d))
+        ),
         tvm.IRModule.from_expr(relay.Function([x], relay.multiply(relay.add(x, c), d))),
     )
 
@@ -193,7 +230,11 @@ def allow_before_our_pass() -> Tuple[tvm.IRModule, tvm.IRModule]:
     weight = relay.const(RNG.uniform(-1, 1, (8, 16)).astype("float32"))
 
     def module(annotate: Callable[[relay.Expr], relay.Expr]) -> tvm.IRModule:
-        w = annotate(relay.qnn.op.quantize(weight, relay.const(0.01), relay.const(0), axis=0, out_dtype="int8"))
+        w = annotate(
+            relay.qnn.op.quantize(
+                weight, relay.const(0.01), relay.const(0), axis=0, out_dtype="int8"
+            )
+        )
         w = relay.qnn.op.dequantize(w, relay.const(0.01), relay.const(0), axis=0)
         return tvm.IRModule.from_expr(relay.Function([x], relay.nn.dense(x, w)))
 
@@ -224,15 +265,22 @@ def test_fold_allow_that_could_not_fold_builds_and_runs(build) -> None:
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=2 * 2.0**-21)
     # The cause, as the build's own optimizer shows it (ops of the fused kernel, in post order).
     with tvm.transform.PassContext(opt_level=3):
-        optimized = {name: relay.optimize(mod, target=TARGET)[0] for name, mod in (("ours", annotated), ("plain", plain))}
+        optimized = {
+            name: relay.optimize(mod, target=TARGET)[0]
+            for name, mod in (("ours", annotated), ("plain", plain))
+        }
     assert [call.op.name for call in op_calls(optimized["plain"])] == ["multiply", "add"]
-    assert [call.op.name for call in op_calls(optimized["ours"])] == ["add", "fold_allow", "multiply"]
+    assert [call.op.name for call in op_calls(optimized["ours"])] == [
+        "add",
+        "fold_allow",
+        "multiply",
+    ]
 
 
 # ------------------------------------------------------------------------- the three QDQ models
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(name: str) -> Tuple[object, tvm.IRModule]:
     """A QDQ model with fp32 weights (each feeds qnn.quantize) and its Relay import."""
     model = onnx_models.MODEL_BUILDERS[name](0, float_weights=True)
@@ -253,7 +301,7 @@ def _annotate(mod: tvm.IRModule) -> tvm.IRModule:
     return annotated.mod
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _built_import(name: str) -> Tuple[List[np.ndarray], Runner]:
     return build_graph(_model(name)[1])
 
@@ -269,7 +317,9 @@ def test_models_after_annotate(name: str) -> None:
     model, imported = _model(name)
     barred = barrier_on_int8_weights(fgr.FoldConstant()(_annotate(imported)))
     assert len(barrier_operands(barred)) == len(onnx_models.weight_shapes(model))
-    assert_barriers_hold_in_build(barred, _built_import(name), onnx_models.input_feed(model), build_graph)
+    assert_barriers_hold_in_build(
+        barred, _built_import(name), onnx_models.input_feed(model), build_graph
+    )
 
 
 @pytest.mark.slow
@@ -277,15 +327,22 @@ def test_model_annotated_import_builds_like_the_import() -> None:
     """annotate's fold_allow, built before fold_guard's pass runs: the import's output, bit for bit."""
     model, imported = _model("qdq_cnn")
     inputs = onnx_models.input_feed(model)
-    (ours,), (theirs,) = build_graph(_annotate(imported))[1](inputs), _built_import("qdq_cnn")[1](inputs)
+    (ours,), (theirs,) = (
+        build_graph(_annotate(imported))[1](inputs),
+        _built_import("qdq_cnn")[1](inputs),
+    )
     assert ours.tobytes() == theirs.tobytes()
 
 
-FQ2I_PIPELINES = [("relay.build", name) for name in sorted(onnx_models.MODEL_BUILDERS)] + [("relay.vm.compile", "qdq_cnn")]
+FQ2I_PIPELINES = [("relay.build", name) for name in sorted(onnx_models.MODEL_BUILDERS)] + [
+    ("relay.vm.compile", "qdq_cnn")
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pipeline, name", FQ2I_PIPELINES, ids=[f"{p}-{n}" for p, n in FQ2I_PIPELINES])
+@pytest.mark.parametrize(
+    "pipeline, name", FQ2I_PIPELINES, ids=[f"{p}-{n}" for p, n in FQ2I_PIPELINES]
+)
 def test_models_after_fq2i(pipeline: str, name: str) -> None:
     """
     FQ2I(import)                                       --build-->  weights int16 / int32 (casts folded)

@@ -33,13 +33,13 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 import pytest
 import tvm
+from _common import onnx_models
+from _common import relay_byoc as byoc
+from _common.relay_byoc import NPU_TARGET, Offload
 from tvm import relay
 
 import fold_guard.relay as fgr
 from fold_guard import Reason
-from _common import onnx_models
-from _common import relay_byoc as byoc
-from _common.relay_byoc import NPU_TARGET, Offload
 
 POLICY = "qdq-accelerator"
 
@@ -66,7 +66,10 @@ pytestmark = pytest.mark.slow
 def onnx_weight_count(model: Any) -> int:
     """QuantizeLinear nodes of the ONNX model that quantize a weight initializer (rank >= 2)."""
     ranks = {init.name: len(init.dims) for init in model.graph.initializer}
-    return sum(node.op_type == "QuantizeLinear" and ranks.get(node.input[0], 0) >= 2 for node in model.graph.node)
+    return sum(
+        node.op_type == "QuantizeLinear" and ranks.get(node.input[0], 0) >= 2
+        for node in model.graph.node
+    )
 
 
 def is_quantize_of_constants(expr: relay.Expr) -> bool:
@@ -100,7 +103,11 @@ def composites(func: relay.Function) -> List[relay.Function]:
     found: List[relay.Function] = []
 
     def visit(node: Any) -> None:
-        if isinstance(node, relay.Function) and node.attrs is not None and "Composite" in node.attrs.keys():
+        if (
+            isinstance(node, relay.Function)
+            and node.attrs is not None
+            and "Composite" in node.attrs.keys()
+        ):
             found.append(node)
 
     relay.analysis.post_order_visit(func, visit)
@@ -142,9 +149,13 @@ def normalised(func: relay.Function, *, keep_attrs: bool = True) -> relay.Functi
     return relay.transform.InferType()(tvm.IRModule({relay.GlobalVar("f"): new}))["f"]
 
 
-def assert_same_function(actual: relay.Function, expected: relay.Function, *, keep_attrs: bool = True) -> None:
+def assert_same_function(
+    actual: relay.Function, expected: relay.Function, *, keep_attrs: bool = True
+) -> None:
     tvm.ir.assert_structural_equal(
-        normalised(actual, keep_attrs=keep_attrs), normalised(expected, keep_attrs=keep_attrs), map_free_vars=True
+        normalised(actual, keep_attrs=keep_attrs),
+        normalised(expected, keep_attrs=keep_attrs),
+        map_free_vars=True,
     )
 
 
@@ -190,7 +201,9 @@ def test_fq2i_leaves_a_constant_quantize_on_every_weight(flow: Flow) -> None:
     assert flow.n == len(calls) == onnx_weight_count(flow.onnx) > 0
     assert all(is_quantize_of_constants(call.args[1]) for call in calls)
     # Stock FoldConstant() evaluates no QNN op: the quantizes stay, so no weight is a constant yet.
-    assert all(is_quantize_of_constants(call.args[1]) for call in byoc.quantized_calls(flow.stock["main"]))
+    assert all(
+        is_quantize_of_constants(call.args[1]) for call in byoc.quantized_calls(flow.stock["main"])
+    )
 
 
 @pytest.mark.stock
@@ -200,16 +213,23 @@ def test_after_stock_fold_constant_nothing_is_offloaded(flow: Flow) -> None:
     assert byoc.external_functions(partitioned) == []
 
 
-def test_after_the_backend_policy_every_quantized_op_is_offloaded_with_an_int8_weight(flow: Flow) -> None:
+def test_after_the_backend_policy_every_quantized_op_is_offloaded_with_an_int8_weight(
+    flow: Flow,
+) -> None:
     partitioned = flow.partitioned["ours"]
-    assert byoc.count_offloaded(partitioned) == Offload(total=flow.n, offloaded=flow.n, int8_weights=flow.n)
+    assert byoc.count_offloaded(partitioned) == Offload(
+        total=flow.n, offloaded=flow.n, int8_weights=flow.n
+    )
     assert str(byoc.count_offloaded(partitioned)) == f"{flow.n} of {flow.n}"
     external = byoc.external_functions(partitioned)
     # One composite per quantized op: no region merged two of them or lost one.
     # One composite per quantized op, whether a region holds one composite or several.
     found = [composite for _, func in external for composite in composites(func)]
     assert len(found) == flow.n
-    assert {str(c.attrs["Composite"]) for c in found} <= {f"{NPU_TARGET}.qnn_conv2d", f"{NPU_TARGET}.qnn_dense"}
+    assert {str(c.attrs["Composite"]) for c in found} <= {
+        f"{NPU_TARGET}.qnn_conv2d",
+        f"{NPU_TARGET}.qnn_dense",
+    }
     assert all(str(func.attrs["Compiler"]) == NPU_TARGET for _, func in external)
     # The policy folded weight quantizes and nothing else: every other QNN op is still there.
     folded_ops = {decision.op for decision in flow.result.plan.folded}
@@ -217,7 +237,9 @@ def test_after_the_backend_policy_every_quantized_op_is_offloaded_with_an_int8_w
     assert len(flow.result.plan.folded) >= flow.n
 
 
-def test_stock_fold_qnn_offloads_the_same_and_also_folds_the_dequantizes_the_policy_keeps(flow: Flow) -> None:
+def test_stock_fold_qnn_offloads_the_same_and_also_folds_the_dequantizes_the_policy_keeps(
+    flow: Flow,
+) -> None:
     """fold_qnn=True evaluates every all-constant QNN call; the backend policy only the quantizes.
 
     For this pattern table the two give identical external functions: the weight quantizes are the
@@ -231,13 +253,18 @@ def test_stock_fold_qnn_offloads_the_same_and_also_folds_the_dequantizes_the_pol
     """
     ours, stock_qnn = flow.partitioned["ours"], flow.partitioned["stock fold_qnn"]
     assert byoc.count_offloaded(stock_qnn) == byoc.count_offloaded(ours)
-    ours_external, stock_external = byoc.external_functions(ours), byoc.external_functions(stock_qnn)
+    ours_external, stock_external = (
+        byoc.external_functions(ours),
+        byoc.external_functions(stock_qnn),
+    )
     assert len(ours_external) == len(stock_external)
     for (name, func), (stock_name, stock_func) in zip(ours_external, stock_external):
         assert name == stock_name
         tvm.ir.assert_structural_equal(func, stock_func, map_free_vars=True)
     kept = [d for d in flow.result.plan.decisions if d.reason is Reason.KEPT_BY_POLICY]
-    assert all(d.op == "qnn.dequantize" and d.rule == "keep-dequantize-of-integer-constant" for d in kept)
+    assert all(
+        d.op == "qnn.dequantize" and d.rule == "keep-dequantize-of-integer-constant" for d in kept
+    )
     assert len(constant_dequantizes(flow.ours)) == len(kept)
     assert constant_dequantizes(flow.stock_qnn) == []
     if not kept:
@@ -257,19 +284,29 @@ def test_partition_graph_keeps_pattern_constants_inside_the_composites(flow: Flo
     assert len(calls) == flow.n
     assert all(is_quantize_of_constants(call.args[1]) for call in calls)
     # Regions take activations only (tensors of the activation dtypes, never an fp32 weight).
-    assert all(str(param.checked_type.dtype) in ("uint8", "int8") for _, func in external for param in func.params)
+    assert all(
+        str(param.checked_type.dtype) in ("uint8", "int8")
+        for _, func in external
+        for param in func.params
+    )
 
 
-def test_folding_each_external_function_alone_equals_folding_before_partitioning(flow: Flow) -> None:
+def test_folding_each_external_function_alone_equals_folding_before_partitioning(
+    flow: Flow,
+) -> None:
     first = byoc.external_functions(flow.first)
     folded_first = byoc.external_functions(flow.partitioned["ours"])
     # The same regions either way (MergeCompilerRegions may put several composites in one).
     assert len(first) == len(folded_first) > 0
-    assert byoc.count_offloaded(flow.first) == Offload(total=flow.n, offloaded=flow.n, int8_weights=0)
+    assert byoc.count_offloaded(flow.first) == Offload(
+        total=flow.n, offloaded=flow.n, int8_weights=0
+    )
     for (name, func), (expected_name, expected) in zip(first, folded_first):
         saved = tvm.ir.save_json(func)
         alone = fgr.fold_function(func, policy=POLICY, strict=True)
-        tvm.ir.assert_structural_equal(func, tvm.ir.load_json(saved), map_free_vars=True)  # input unchanged
+        tvm.ir.assert_structural_equal(
+            func, tvm.ir.load_json(saved), map_free_vars=True
+        )  # input unchanged
         assert name == expected_name
         assert str(alone.attrs["Compiler"]) == NPU_TARGET
         assert all(byoc.has_int8_constant_weight(call) for call in byoc.quantized_calls(alone))
@@ -282,11 +319,17 @@ def test_folding_each_external_function_alone_equals_folding_before_partitioning
 def test_the_module_pass_folds_named_external_functions_like_fold_function(flow: Flow) -> None:
     names = [name for name, _ in byoc.external_functions(flow.first)]
     folded = fgr.FoldConstant(POLICY, functions=names, strict=True)(flow.first)
-    assert byoc.count_offloaded(folded) == Offload(total=flow.n, offloaded=flow.n, int8_weights=flow.n)
-    tvm.ir.assert_structural_equal(folded["main"], flow.first["main"], map_free_vars=True)  # not asked
+    assert byoc.count_offloaded(folded) == Offload(
+        total=flow.n, offloaded=flow.n, int8_weights=flow.n
+    )
+    tvm.ir.assert_structural_equal(
+        folded["main"], flow.first["main"], map_free_vars=True
+    )  # not asked
     for name in names:
         tvm.ir.assert_structural_equal(
-            folded[name], fgr.fold_function(flow.first[name], policy=POLICY, strict=True), map_free_vars=True
+            folded[name],
+            fgr.fold_function(flow.first[name], policy=POLICY, strict=True),
+            map_free_vars=True,
         )
 
 
@@ -303,7 +346,10 @@ def test_partitioned_modules_build_and_run_like_the_unfolded_module(flow: Flow) 
     feed = {param.name_hint: array for param, array in zip(flow.fq2i["main"].params, _inputs(flow))}
     expected = onnx_models.run_relay(flow.fq2i, feed)[0]
     np.testing.assert_allclose(
-        expected, onnx_models.run_onnxruntime(flow.onnx, feed)[0], rtol=0, atol=onnx_models.output_atol(flow.onnx)
+        expected,
+        onnx_models.run_onnxruntime(flow.onnx, feed)[0],
+        rtol=0,
+        atol=onnx_models.output_atol(flow.onnx),
     )
     fold_first = byoc.external_functions(flow.partitioned["ours"])
 
@@ -321,7 +367,9 @@ def test_partitioned_modules_build_and_run_like_the_unfolded_module(flow: Flow) 
 
     ready = byoc.QnnNpuCodegen(cache=cache)
     with byoc.registered_codegen(ready):
-        np.testing.assert_array_equal(onnx_models.run_relay(flow.partitioned["ours"], feed)[0], expected)
+        np.testing.assert_array_equal(
+            onnx_models.run_relay(flow.partitioned["ours"], feed)[0], expected
+        )
     assert len(ready.received) == len(fold_first)
     assert sum(len(entries) for entries in cache.values()) == len(fold_first)  # every build reused
 
@@ -335,6 +383,8 @@ def _inputs(flow: Flow) -> Tuple[np.ndarray, ...]:
     """One fixed-seed standard normal input per parameter of ``main``."""
     rng = np.random.default_rng(1)
     return tuple(
-        rng.standard_normal([int(d) for d in param.checked_type.shape]).astype(str(param.checked_type.dtype))
+        rng.standard_normal([int(d) for d in param.checked_type.shape]).astype(
+            str(param.checked_type.dtype)
+        )
         for param in flow.fq2i["main"].params
     )

@@ -1,7 +1,7 @@
 """``fold-guard --ir relay`` in the Relay environment (hhb-tvm 3.2.3 = TVM 0.16), as a subprocess.
 
-    qdq_cnn.onnx ──relay.frontend.from_onnx [──FakeQuantizationToInteger]──▶ Relay module
-                 ──fold-guard fold --ir relay --fq2i -o OUT.json──▶ == fold_guard.relay.fold(...)
+qdq_cnn.onnx ──relay.frontend.from_onnx [──FakeQuantizationToInteger]──▶ Relay module
+             ──fold-guard fold --ir relay --fq2i -o OUT.json──▶ == fold_guard.relay.fold(...)
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from pathlib import Path
 import onnx
 import pytest
 import tvm
+from _common import onnx_models as om
 from tvm import relay
 
 import fold_guard.relay as fgr
-from _common import onnx_models as om
-
 
 # Every test here runs the fold-guard command in a fresh process (seconds each): full lane only.
 pytestmark = pytest.mark.slow
@@ -32,7 +31,9 @@ def cnn(tmp_path_factory) -> Path:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fold_guard", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "fold_guard", *args], capture_output=True, text=True, timeout=600
+    )
 
 
 def test_inspect_relay_names_layers_from_spans(cnn):
@@ -50,7 +51,18 @@ def test_inspect_relay_names_layers_from_spans(cnn):
 
 def test_fold_fq2i_writes_what_the_library_returns(cnn, tmp_path):
     out = tmp_path / "folded.json"
-    result = run("fold", str(cnn), "--ir", "relay", "--fq2i", "-p", "qdq-accelerator", "-o", str(out), "--check")
+    result = run(
+        "fold",
+        str(cnn),
+        "--ir",
+        "relay",
+        "--fq2i",
+        "-p",
+        "qdq-accelerator",
+        "-o",
+        str(out),
+        "--check",
+    )
     assert result.returncode == 0, result.stderr
     assert "check: same outputs" in result.stdout
     mod = relay.transform.FakeQuantizationToInteger()(om.import_relay(onnx.load(str(cnn))))
@@ -61,5 +73,7 @@ def test_fold_fq2i_writes_what_the_library_returns(cnn, tmp_path):
 def test_relax_path_says_what_is_missing(cnn):
     result = run("inspect", str(cnn))
     assert result.returncode == 2
-    assert result.stderr.startswith("fold-guard: error: --ir relax: fold_guard.relax supports apache-tvm 0.27")
+    assert result.stderr.startswith(
+        "fold-guard: error: --ir relax: fold_guard.relax supports apache-tvm 0.27"
+    )
     assert "--ir relay" in result.stderr and "Traceback" not in result.stderr

@@ -63,7 +63,9 @@ def _has_dynamic_shape(mod: tvm.IRModule) -> bool:
     def visit(node: object) -> None:
         if isinstance(node, (relay.Var, relay.Call)):
             ty = node.checked_type
-            if isinstance(ty, relay.TensorType) and any(isinstance(d, tvm.tir.Any) for d in ty.shape):
+            if isinstance(ty, relay.TensorType) and any(
+                isinstance(d, tvm.tir.Any) for d in ty.shape
+            ):
                 found.append(True)
 
     for func in mod.functions.values():
@@ -92,14 +94,18 @@ def _has_control_flow_or_calls(mod: tvm.IRModule) -> bool:
     return bool(found) or len(mod.functions) > 1
 
 
-def _assert_same_outputs(name: str, expected: list[np.ndarray], got: list[np.ndarray], *, exact: bool) -> None:
+def _assert_same_outputs(
+    name: str, expected: list[np.ndarray], got: list[np.ndarray], *, exact: bool
+) -> None:
     assert len(expected) == len(got), f"{name}: {len(expected)} outputs before, {len(got)} after"
     for i, (want, have) in enumerate(zip(expected, got)):
         assert want.dtype == have.dtype and want.shape == have.shape, f"{name} output {i}"
         if exact:
             np.testing.assert_array_equal(have, want, err_msg=f"{name} output {i}")
         else:
-            np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-6, err_msg=f"{name} output {i}")
+            np.testing.assert_allclose(
+                have, want, rtol=1e-6, atol=1e-6, err_msg=f"{name} output {i}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,7 +127,9 @@ def test_corpus_size_and_tables():
 @pytest.mark.parametrize("name", NAMES)
 def test_module_typed_and_deterministic(name: str):
     mod = BUILDERS[name]()
-    assert isinstance(mod, tvm.IRModule) and "main" in [gv.name_hint for gv in mod.get_global_vars()]
+    assert isinstance(mod, tvm.IRModule) and "main" in [
+        gv.name_hint for gv in mod.get_global_vars()
+    ]
     for func in mod.functions.values():
         assert func.checked_type is not None  # InferType ran
     # type checking again changes nothing, and builders are deterministic
@@ -142,7 +150,9 @@ def test_executor_choice(name: str):
         assert not _has_dynamic_shape(mod), f"{name} has a relay.Any shape: use the VM"
         assert not _has_control_flow_or_calls(mod) or name in NOT_RUNNABLE, f"{name}: use the VM"
     else:
-        assert _has_dynamic_shape(mod) or _has_control_flow_or_calls(mod), f"{name}: use the graph executor"
+        assert _has_dynamic_shape(mod) or _has_control_flow_or_calls(mod), (
+            f"{name}: use the graph executor"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,7 +168,9 @@ def test_stock_record(name: str, fold_qnn: bool):
     after = relay.transform.FoldConstant(fold_qnn=fold_qnn)(BUILDERS[name]())
     changed = not tvm.ir.structural_equal(after, before, map_free_vars=True)
     expected_change = record.fold_qnn if fold_qnn else record.default
-    assert ("changes" if changed else "unchanged") == expected_change, after.astext(show_meta_data=False)
+    assert ("changes" if changed else "unchanged") == expected_change, after.astext(
+        show_meta_data=False
+    )
     expected_ops = record.ops_fold_qnn if fold_qnn else record.ops_default
     assert op_counts(after) == expected_ops, after.astext(show_meta_data=False)
     # stock's output type-checks and is stable under a second run
@@ -219,7 +231,9 @@ def test_stock_folded_runs_same(name: str):
     folded = run_module(name, _stock(name, fold_qnn=False))
     _assert_same_outputs(name, expected, folded, exact=exact)
     if STOCK[name].ops_fold_qnn != STOCK[name].ops_default:
-        _assert_same_outputs(name, expected, run_module(name, _stock(name, fold_qnn=True)), exact=exact)
+        _assert_same_outputs(
+            name, expected, run_module(name, _stock(name, fold_qnn=True)), exact=exact
+        )
 
 
 @pytest.mark.parametrize("name", sorted(NOT_BIT_EXACT))

@@ -139,7 +139,9 @@ def test_default_policy_is_the_default():
     """FoldConstant() and FoldConstant("default") are the same pass."""
     for name in ("float_elemwise_chain", "qnn_constant_weights_activation_graph", "if_const_cond"):
         tvm.ir.assert_structural_equal(
-            fgr.FoldConstant()(BUILDERS[name]()), fgr.FoldConstant("default")(BUILDERS[name]()), map_free_vars=True
+            fgr.FoldConstant()(BUILDERS[name]()),
+            fgr.FoldConstant("default")(BUILDERS[name]()),
+            map_free_vars=True,
         )
 
 
@@ -193,19 +195,28 @@ def _unfolded_outputs(name: str) -> list[np.ndarray]:
     return _UNFOLDED[name]
 
 
-def _assert_same_outputs(name: str, expected: list[np.ndarray], got: list[np.ndarray], *, exact: bool) -> None:
+def _assert_same_outputs(
+    name: str, expected: list[np.ndarray], got: list[np.ndarray], *, exact: bool
+) -> None:
     assert len(got) == len(expected), f"{name}: {len(expected)} outputs unfolded, {len(got)} folded"
     for i, (want, have) in enumerate(zip(expected, got)):
         assert have.dtype == want.dtype and have.shape == want.shape, f"{name} output {i}"
         if exact:
             np.testing.assert_array_equal(have, want, err_msg=f"{name} output {i}")
         else:
-            np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-6, err_msg=f"{name} output {i}")
+            np.testing.assert_allclose(
+                have, want, rtol=1e-6, atol=1e-6, err_msg=f"{name} output {i}"
+            )
 
 
 # Building and running takes a second or more per module: the fast lane runs these few, the full
 # lane every one.
-FAST_RUNNABLE = ("float_elemwise_chain", "conv2d_weight_prep", "qnn_constant_weights_activation_graph", "if_const_cond")
+FAST_RUNNABLE = (
+    "float_elemwise_chain",
+    "conv2d_weight_prep",
+    "qnn_constant_weights_activation_graph",
+    "if_const_cond",
+)
 assert set(FAST_RUNNABLE) <= set(RUNNABLE)
 
 
@@ -238,7 +249,9 @@ def _has_if(mod: tvm.IRModule) -> bool:
     found: list[bool] = []
     for func in mod.functions.values():
         if isinstance(func, relay.Function):
-            relay.analysis.post_order_visit(func, lambda node: found.append(True) if isinstance(node, relay.If) else None)
+            relay.analysis.post_order_visit(
+                func, lambda node: found.append(True) if isinstance(node, relay.If) else None
+            )
     return bool(found)
 
 
@@ -280,7 +293,9 @@ def test_plan_counts(name: str, policy: str, fold_qnn: bool):
     result = _folded(name, policy).result
     _assert_equal_ir(name, policy, result.mod, _stock_out(name, fold_qnn))
     assert result.modified == stock_changes
-    assert [(d.node, d.action) for d in result.plan.decisions] == [(d.node, d.action) for d in fold_plan.decisions]
+    assert [(d.node, d.action) for d in result.plan.decisions] == [
+        (d.node, d.action) for d in fold_plan.decisions
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -68,10 +68,15 @@ def _entries() -> list[Callable[[tvm.IRModule], object]]:
 
 
 @pytest.mark.parametrize("builder", [fgr.fold_barrier, fgr.fold_allow], ids=["barrier", "allow"])
-@pytest.mark.parametrize("operand, type_name", [(A, "ndarray"), (3, "int"), ("x", "str")], ids=["numpy", "int", "str"])
+@pytest.mark.parametrize(
+    "operand, type_name", [(A, "ndarray"), (3, "int"), ("x", "str")], ids=["numpy", "int", "str"]
+)
 def test_annotating_a_non_expression(builder, operand, type_name):
     op_name = builder.__name__
-    with pytest.raises(fold_guard.UnsupportedIRError, match=rf"{op_name} expects a Relay expression, got {type_name}") as info:
+    with pytest.raises(
+        fold_guard.UnsupportedIRError,
+        match=rf"{op_name} expects a Relay expression, got {type_name}",
+    ) as info:
         builder(operand)
     assert isinstance(info.value, TypeError)
     assert "relay.const(" in str(info.value)  # the hint for NumPy data
@@ -87,13 +92,20 @@ def _function() -> relay.Function:
 
 @pytest.mark.parametrize(
     "obj, type_name",
-    [(_function(), "Function"), ("def @main() { 0 }", "str"), (None, "NoneType"), (relay.const(A), "Constant")],
+    [
+        (_function(), "Function"),
+        ("def @main() { 0 }", "str"),
+        (None, "NoneType"),
+        (relay.const(A), "Constant"),
+    ],
     ids=["relay.Function", "str", "None", "Constant"],
 )
 @pytest.mark.parametrize("entry", ["fold", "plan"])
 def test_not_an_irmodule(obj, type_name, entry):
     call = fgr.fold if entry == "fold" else fgr.plan
-    with pytest.raises(fold_guard.UnsupportedIRError, match=f"expects a tvm.IRModule, got {type_name}") as info:
+    with pytest.raises(
+        fold_guard.UnsupportedIRError, match=f"expects a tvm.IRModule, got {type_name}"
+    ) as info:
         call(obj)
     assert "fold_function" in str(info.value)  # the hint for a lone function
     assert isinstance(info.value, TypeError)
@@ -105,9 +117,16 @@ def test_not_an_irmodule_through_the_pass():
         fgr.FoldConstant()(_function())
 
 
-@pytest.mark.parametrize("obj", [tvm.IRModule.from_expr(_function()), relay.const(A), None], ids=["IRModule", "Constant", "None"])
+@pytest.mark.parametrize(
+    "obj",
+    [tvm.IRModule.from_expr(_function()), relay.const(A), None],
+    ids=["IRModule", "Constant", "None"],
+)
 def test_fold_function_wants_a_function(obj):
-    with pytest.raises(fold_guard.UnsupportedIRError, match=rf"fold_function expects a relay.Function, got {type(obj).__name__}"):
+    with pytest.raises(
+        fold_guard.UnsupportedIRError,
+        match=rf"fold_function expects a relay.Function, got {type(obj).__name__}",
+    ):
         fgr.fold_function(obj)
 
 
@@ -122,7 +141,10 @@ def _foldable() -> tvm.IRModule:
 def test_unknown_policy_lists_known_names():
     mod = _foldable()
     with _Unchanged(mod):
-        for call in (lambda: fgr.fold(mod, policy="fold-everything"), lambda: fgr.plan(mod, "fold-everything")):
+        for call in (
+            lambda: fgr.fold(mod, policy="fold-everything"),
+            lambda: fgr.plan(mod, "fold-everything"),
+        ):
             with pytest.raises(fold_guard.UnknownPolicyError, match="'fold-everything'") as info:
                 call()
             message = str(info.value)
@@ -162,7 +184,9 @@ def test_relax_module_is_refused_by_name():
     mod = _relax_module()
     with _Unchanged(mod):
         for entry in _entries():
-            with pytest.raises(fold_guard.UnsupportedIRError, match=r"function encoder is a tvm\.relax.*Function") as info:
+            with pytest.raises(
+                fold_guard.UnsupportedIRError, match=r"function encoder is a tvm\.relax.*Function"
+            ) as info:
                 entry(mod)
             assert "fold_guard.relax" in str(info.value)
 
@@ -200,7 +224,9 @@ def test_strict_allow_that_cannot_fold():
     mod = _allow_over_runtime()
     with _Unchanged(mod):
         for entry in (lambda m: fgr.fold(m, strict=True), fgr.FoldConstant(strict=True)):
-            with pytest.raises(fold_guard.FoldNotPossibleError, match=r"function main: %\d+ = fold_allow") as info:
+            with pytest.raises(
+                fold_guard.FoldNotPossibleError, match=r"function main: %\d+ = fold_allow"
+            ) as info:
                 entry(mod)
             assert "not constant" in str(info.value)
             assert isinstance(info.value, RuntimeError)
@@ -230,7 +256,11 @@ def test_strict_fold_function_names_the_function():
 def _ill_typed() -> tvm.IRModule:
     """add of (2, 3) and (4, 5): no broadcast exists. Built untyped, since InferType would raise."""
     x = _x()
-    return _module([x], relay.add(x, relay.add(relay.const(A), relay.const(np.ones((4, 5), "float32")))), typed=False)
+    return _module(
+        [x],
+        relay.add(x, relay.add(relay.const(A), relay.const(np.ones((4, 5), "float32")))),
+        typed=False,
+    )
 
 
 def test_ill_typed_module_is_a_precondition_error():
@@ -266,7 +296,12 @@ def _allow_over_dynamic_input() -> tvm.IRModule:
 
 def test_strict_allow_over_dynamic_shape():
     mod = _allow_over_dynamic_input()
-    with _Unchanged(mod), pytest.raises(fold_guard.FoldNotPossibleError, match=r"fold_allow\(\.\.\.\) cannot fold") as info:
+    with (
+        _Unchanged(mod),
+        pytest.raises(
+            fold_guard.FoldNotPossibleError, match=r"fold_allow\(\.\.\.\) cannot fold"
+        ) as info,
+    ):
         fgr.fold(mod, strict=True)
     assert "not constant" in str(info.value) or "dynamic shape" in str(info.value)
 
@@ -286,7 +321,9 @@ def test_allowed_constant_subgraph_with_dynamic_intermediate_shape_folds():
     y = x + allow(dyn.reshape(A, [3, 2] + [0, 0]))  ==>  y = x + <A reshaped to (3, 2)>
     """
     x = _x((3, 2))
-    new_shape = relay.add(relay.const(np.array([3, 2], "int64")), relay.const(np.array([0, 0], "int64")))
+    new_shape = relay.add(
+        relay.const(np.array([3, 2], "int64")), relay.const(np.array([0, 0], "int64"))
+    )
     reshaped = relay.reshape(relay.const(A), new_shape)
     assert reshaped.op.name == "dyn.reshape"
     before = _module([x], relay.add(x, fgr.fold_allow(reshaped)))
@@ -295,7 +332,9 @@ def test_allowed_constant_subgraph_with_dynamic_intermediate_shape_folds():
         ours = fgr.FoldConstant(strict=True)(before)
     tvm.ir.assert_structural_equal(ours, expected, map_free_vars=True)
     unannotated = _module([x], relay.add(x, reshaped))
-    tvm.ir.assert_structural_equal(relay.transform.FoldConstant()(unannotated), expected, map_free_vars=True)
+    tvm.ir.assert_structural_equal(
+        relay.transform.FoldConstant()(unannotated), expected, map_free_vars=True
+    )
 
 
 # ------------------------------------------------------------------------ conflicting annotations
@@ -303,10 +342,16 @@ def test_allowed_constant_subgraph_with_dynamic_intermediate_shape_folds():
 
 def test_conflicting_annotations_name_both_ops():
     x = _x()
-    mod = _module([x], relay.add(x, fgr.fold_allow(fgr.fold_barrier(relay.add(relay.const(A), relay.const(B))))))
+    mod = _module(
+        [x],
+        relay.add(x, fgr.fold_allow(fgr.fold_barrier(relay.add(relay.const(A), relay.const(B))))),
+    )
     with _Unchanged(mod):
         for entry in _entries():
-            with pytest.raises(fold_guard.ConflictingAnnotationsError, match=r"fold_allow\(%\d+\) where %\d+ = fold_barrier"):
+            with pytest.raises(
+                fold_guard.ConflictingAnnotationsError,
+                match=r"fold_allow\(%\d+\) where %\d+ = fold_barrier",
+            ):
                 entry(mod)
 
 
@@ -316,7 +361,10 @@ def test_conflicting_annotations_name_both_ops():
 def test_functions_naming_a_missing_function():
     mod = _foldable()
     with _Unchanged(mod):
-        for entry in (lambda m: fgr.fold(m, functions=["encoder"]), fgr.FoldConstant(functions=["encoder"])):
+        for entry in (
+            lambda m: fgr.fold(m, functions=["encoder"]),
+            fgr.FoldConstant(functions=["encoder"]),
+        ):
             with pytest.raises(fold_guard.PreconditionError, match="'encoder'") as info:
                 entry(mod)
             assert "main" in str(info.value)  # lists the functions that do exist

@@ -22,7 +22,11 @@ N_QUANTIZED = 5
 
 def run_example(name: str) -> str:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, cwd=ROOT, timeout=600
+        [sys.executable, str(ROOT / "examples" / name)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
@@ -39,7 +43,9 @@ def line_with(stdout: str, prefix: str) -> str:
 def test_fq2i_post_step_folds_exactly_the_weight_quantizes() -> None:
     stdout = run_example("fq2i_post_step.py")
     assert f"after FakeQuantizationToInteger: {N_QUANTIZED} quantized convs/denses" in stdout
-    assert f"allow_constant_qnn wrapped {N_QUANTIZED} constant QNN subgraphs in fold_allow" in stdout
+    assert (
+        f"allow_constant_qnn wrapped {N_QUANTIZED} constant QNN subgraphs in fold_allow" in stdout
+    )
     rows: Dict[str, Tuple[int, int, int]] = {
         match.group(1): (int(match.group(2)), int(match.group(3)), int(match.group(4)))
         for match in re.finditer(
@@ -71,7 +77,8 @@ def test_relay_backend_partition_offloads_every_quantized_op_only_after_a_weight
     rows: Dict[str, Tuple[int, int, int]] = {
         match.group(1): (int(match.group(2)), int(match.group(3)), int(match.group(4)))
         for match in re.finditer(
-            r"^(stock FoldConstant\(\)|stock FoldConstant\(fold_qnn=True\)|fold_guard FoldConstant\('qdq-accelerator'\))"
+            r"^(stock FoldConstant\(\)|stock FoldConstant\(fold_qnn=True\)"
+            r"|fold_guard FoldConstant\('qdq-accelerator'\))"
             r"\s+[\d.]+ s\s+(\d+) of (\d+)\s+(\d+)$",
             stdout,
             re.M,
@@ -87,7 +94,13 @@ def test_relay_backend_partition_offloads_every_quantized_op_only_after_a_weight
     assert "fold plan under policy 'qdq-accelerator':" in stdout
     assert f"folded: {n} x qnn.quantize; constant but kept: 0" in stdout
     # Partition first: every quantized op offloaded, none with a ready weight until the codegen folds.
-    assert f"partitioned before folding: {n} of {n} quantized convs/denses offloaded, 0 with an int8 constant weight" in stdout
-    assert f"the codegen folded {n} external functions with fold_function: {n} of {n} offloaded" in stdout
+    assert (
+        f"partitioned before folding: {n} of {n} quantized convs/denses offloaded, 0 with an int8 constant weight"
+        in stdout
+    )
+    assert (
+        f"the codegen folded {n} external functions with fold_function: {n} of {n} offloaded"
+        in stdout
+    )
     assert line_with(stdout, "partitioned module vs the unfolded module:").endswith(": identical")
     assert line_with(stdout, "partitioned module vs onnxruntime:").endswith(": ok")

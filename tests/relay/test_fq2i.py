@@ -22,16 +22,21 @@ from typing import Callable, Dict, List
 import numpy as np
 import pytest
 import tvm
+from _common import onnx_models
+from relay_ir import op_calls
 from tvm import relay
 
 import fold_guard.relay as fgr
-from _common import onnx_models
-
-from relay_ir import op_calls
 
 #: The QNN ops FQ2I leaves on activations in the QDQ CNN: 4 convolutions, the classifier, the
 #: requantizes between them, the input quantize and the output dequantize.
-ACTIVATION_QNN = {"qnn.quantize": 1, "qnn.conv2d": 4, "qnn.dense": 1, "qnn.requantize": 7, "qnn.dequantize": 1}
+ACTIVATION_QNN = {
+    "qnn.quantize": 1,
+    "qnn.conv2d": 4,
+    "qnn.dense": 1,
+    "qnn.requantize": 7,
+    "qnn.dequantize": 1,
+}
 #: Weight shapes of the CNN (OIHW for the convolutions, (units, in) for the classifier).
 WEIGHT_SHAPES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (32, 16, 3, 3), (10, 32)]
 
@@ -80,7 +85,11 @@ class _ReplaceAllow(relay.ExprMutator):
 def replace_allows(mod: tvm.IRModule, replace: Callable[[relay.Expr], relay.Expr]) -> tvm.IRModule:
     func = mod["main"]
     new_func = relay.Function(
-        func.params, _ReplaceAllow(replace).visit(func.body), func.ret_type, func.type_params, func.attrs
+        func.params,
+        _ReplaceAllow(replace).visit(func.body),
+        func.ret_type,
+        func.type_params,
+        func.attrs,
     )
     return relay.transform.InferType()(tvm.IRModule.from_expr(new_func))
 
@@ -149,13 +158,17 @@ def test_allow_constant_qnn_wraps_exactly_the_constant_quantize_chains(flow: _Fl
     assert_equal(flow.fq2i, tvm.ir.load_json(flow.fq2i_json))
 
 
-def test_one_fold_constant_turns_them_into_int8_constants(flow: _Flow, reference: tvm.IRModule) -> None:
+def test_one_fold_constant_turns_them_into_int8_constants(
+    flow: _Flow, reference: tvm.IRModule
+) -> None:
     folded = flow.folded
     assert qnn_counts(folded) == ACTIVATION_QNN
     assert "fold_allow" not in op_counts(folded)
     # The plan folded the 5 quantizes and their annotations, nothing else.
     assert Counter(d.op for d in flow.result.plan.folded) == {"qnn.quantize": 5, "fold_allow": 5}
-    kernels = [call.args[1] for call in _calls(folded) if call.op.name in ("qnn.conv2d", "qnn.dense")]
+    kernels = [
+        call.args[1] for call in _calls(folded) if call.op.name in ("qnn.conv2d", "qnn.dense")
+    ]
     assert all(isinstance(k, relay.Constant) and k.data.dtype == "int8" for k in kernels)
     assert sorted(tuple(k.data.shape) for k in kernels) == sorted(WEIGHT_SHAPES)
     # Structurally equal to the stock reference, so every int8 constant is bit-identical to what
@@ -175,7 +188,9 @@ def test_on_this_model_the_result_equals_stock_fold_qnn(flow: _Flow) -> None:
 def test_int8_weight_model_has_nothing_to_allow() -> None:
     """With int8 weight initializers FQ2I leaves no constant QNN op, so nothing is annotated."""
     fq2i = relay.transform.InferType()(
-        relay.transform.FakeQuantizationToInteger()(onnx_models.import_relay(onnx_models.make_qdq_cnn(0)))
+        relay.transform.FakeQuantizationToInteger()(
+            onnx_models.import_relay(onnx_models.make_qdq_cnn(0))
+        )
     )
     assert qnn_counts(fq2i) == ACTIVATION_QNN
     annotated = fgr.allow_constant_qnn(fq2i)

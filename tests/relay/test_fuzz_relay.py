@@ -41,14 +41,37 @@ from fold_guard.relay._evaluate import evaluation_target
 EXAMPLES = int(os.environ.get("FOLD_GUARD_FUZZ_EXAMPLES", "25"))
 #: The default run draws the same examples every time, so CI cannot fail on a module no one has
 #: seen; ``FOLD_GUARD_FUZZ_RANDOM=1`` (implied by a long profile) explores new ones each run.
-EXPLORE = os.environ.get("FOLD_GUARD_FUZZ_RANDOM", "") not in ("", "0") or "FOLD_GUARD_FUZZ_EXAMPLES" in os.environ
+EXPLORE = (
+    os.environ.get("FOLD_GUARD_FUZZ_RANDOM", "") not in ("", "0")
+    or "FOLD_GUARD_FUZZ_EXAMPLES" in os.environ
+)
 RUN_EVERY = int(os.environ.get("FOLD_GUARD_FUZZ_RUN_EVERY", "4"))
-POLICIES = ("default", "fold-qnn", "keep-qdq-weights", "qdq-accelerator", "size-guard", "weights-only")
+POLICIES = (
+    "default",
+    "fold-qnn",
+    "keep-qdq-weights",
+    "qdq-accelerator",
+    "size-guard",
+    "weights-only",
+)
 ANNOTATIONS = ("fold_barrier", "fold_allow")
 
 UNARY = (relay.exp, relay.negative, relay.abs, relay.sigmoid, relay.tanh, relay.floor)
 BINARY = (relay.add, relay.multiply, relay.subtract, relay.maximum, relay.minimum)
-KINDS = ("unary", "binary", "dense", "conv2d", "reshape", "transpose", "concat_split", "creation", "qdq", "qdq_axis", "qnn_dense", "qnn_conv2d")
+KINDS = (
+    "unary",
+    "binary",
+    "dense",
+    "conv2d",
+    "reshape",
+    "transpose",
+    "concat_split",
+    "creation",
+    "qdq",
+    "qdq_axis",
+    "qnn_dense",
+    "qnn_conv2d",
+)
 
 _STEP = st.tuples(
     st.sampled_from(KINDS),
@@ -68,7 +91,9 @@ _MODULE = st.fixed_dictionaries({
 def _qnn_tail(acc: relay.Expr, scale: float) -> relay.Expr:
     """int32 accumulator -> requantize to int8 -> dequantize to float32."""
     s, z = relay.const(np.float32(scale)), relay.const(0)
-    r = relay.qnn.op.requantize(acc, relay.const(np.float32(scale * scale)), z, s, z, out_dtype="int8")
+    r = relay.qnn.op.requantize(
+        acc, relay.const(np.float32(scale * scale)), z, s, z, out_dtype="int8"
+    )
     return relay.qnn.op.dequantize(r, s, z)
 
 
@@ -81,7 +106,11 @@ def build(spec: dict, *, annotate: bool) -> tvm.IRModule:
         return relay.const((rng.standard_normal(shape) * scale).astype("float32"))
 
     x = relay.var("x", shape=(rows, cols), dtype="float32")
-    pool: List[Tuple[relay.Expr, bool]] = [(const((rows, cols)), False), (x, False), (const((rows, cols)), False)]
+    pool: List[Tuple[relay.Expr, bool]] = [
+        (const((rows, cols)), False),
+        (x, False),
+        (const((rows, cols)), False),
+    ]
     outputs = []
     s, z = relay.const(np.float32(0.05)), relay.const(0)
     for kind, first, second, wrap in spec["steps"]:
@@ -96,14 +125,19 @@ def build(spec: dict, *, annotate: bool) -> tvm.IRModule:
             value = relay.nn.dense(a, const((cols, cols), 0.5))
         elif kind == "conv2d" and nonempty:
             image = relay.reshape(a, (1, 1, rows, cols))
-            value = relay.reshape(relay.nn.conv2d(image, const((1, 1, 1, 1)), kernel_size=(1, 1)), (rows, cols))
+            value = relay.reshape(
+                relay.nn.conv2d(image, const((1, 1, 1, 1)), kernel_size=(1, 1)), (rows, cols)
+            )
         elif kind == "reshape" and nonempty:
             value = relay.reshape(relay.reshape(a, (rows * cols,)), (rows, cols))
         elif kind == "transpose":
             value = relay.transpose(relay.transpose(a, (1, 0)), (1, 0))
         elif kind == "concat_split":
             both = relay.concatenate([a, b], axis=1)
-            value, down = relay.TupleGetItem(relay.split(both, 2, axis=1).astuple(), 0), a_down or b_down
+            value, down = (
+                relay.TupleGetItem(relay.split(both, 2, axis=1).astuple(), 0),
+                a_down or b_down,
+            )
         elif kind == "creation":
             which = second % 3
             value = (
@@ -139,7 +173,9 @@ def build(spec: dict, *, annotate: bool) -> tvm.IRModule:
             outputs.append(value)
             down = True
         pool.append((value, down))
-    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], relay.Tuple(outputs))))
+    mod = relay.transform.InferType()(
+        tvm.IRModule.from_expr(relay.Function([x], relay.Tuple(outputs)))
+    )
     return relay.transform.ToANormalForm()(mod) if spec["let"] else mod
 
 
@@ -165,7 +201,10 @@ def _downstream_of_barriers(mod: tvm.IRModule) -> Counter:
         if isinstance(node, relay.Call) and _op_name(node):
             reads = [let_of.get(arg, arg) for arg in node.args]
             reads = [f for r in reads for f in (r.fields if isinstance(r, relay.Tuple) else [r])]
-            reads = [let_of.get(r.tuple_value, r.tuple_value) if isinstance(r, relay.TupleGetItem) else r for r in reads]
+            reads = [
+                let_of.get(r.tuple_value, r.tuple_value) if isinstance(r, relay.TupleGetItem) else r
+                for r in reads
+            ]
             if _op_name(node) == "fold_barrier" or any(r in down for r in reads):
                 down.add(node)
                 counts[_op_name(node)] += 1
@@ -177,17 +216,26 @@ def _downstream_of_barriers(mod: tvm.IRModule) -> Counter:
 def _op_counts(mod: tvm.IRModule) -> Counter:
     """Op calls by name, annotations left out and creation ops counted as one kind."""
     creation = {"zeros", "ones", "full"}
-    return Counter("creation" if _op_name(c) in creation else _op_name(c) for c in _calls(mod) if _op_name(c) not in ANNOTATIONS)
+    return Counter(
+        "creation" if _op_name(c) in creation else _op_name(c)
+        for c in _calls(mod)
+        if _op_name(c) not in ANNOTATIONS
+    )
 
 
 def _run(mod: tvm.IRModule, spec: dict) -> List[np.ndarray]:
     """Build a copy (relay.build writes into the attributes it is given, which our output shares
     with its input) in graph form (QNN canonicalization needs scales it can see as constants)."""
     mod = relay.transform.ToGraphNormalForm()(_copy(mod))
-    with tvm.transform.PassContext(opt_level=3):  # as the other Relay build checks; QNN needs its canonicalization
+    with tvm.transform.PassContext(
+        opt_level=3
+    ):  # as the other Relay build checks; QNN needs its canonicalization
         lib = relay.build(mod, target=evaluation_target())
     runtime = graph_executor.GraphModule(lib["default"](tvm.cpu()))
-    runtime.set_input("x", np.random.default_rng(spec["seed"] + 1).standard_normal(spec["shape"]).astype("float32"))
+    runtime.set_input(
+        "x",
+        np.random.default_rng(spec["seed"] + 1).standard_normal(spec["shape"]).astype("float32"),
+    )
     runtime.run()
     return [runtime.get_output(i).numpy() for i in range(runtime.get_num_outputs())]
 
@@ -202,7 +250,9 @@ def _check_like_stock(result, stock_pass, mod: tvm.IRModule) -> None:
     try:
         stock = stock_pass(_copy(mod))
     except Exception:  # noqa: BLE001 - a stock crash is the reference behaviour compared with here
-        assert any(d.reason is Reason.EVAL_FAILED for d in result.plan.decisions), result.plan.explain()
+        assert any(d.reason is Reason.EVAL_FAILED for d in result.plan.decisions), (
+            result.plan.explain()
+        )
         return
     tvm.ir.assert_structural_equal(result.mod, stock, map_free_vars=True)
 
@@ -214,7 +264,12 @@ def _is_zero_size_dense_crash(err: Exception, spec: dict) -> bool:
 
 
 @pytest.mark.slow
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=not EXPLORE)
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=not EXPLORE,
+)
 @given(_MODULE)
 def test_fuzzed_relay_modules(spec):
     plain = build(spec, annotate=False)
@@ -223,7 +278,9 @@ def test_fuzzed_relay_modules(spec):
 
     # Guarantee 1: unannotated, default is FoldConstant() and fold-qnn is fold_qnn=True.
     _check_like_stock(fgr.fold(plain), relay.transform.FoldConstant(), plain)
-    _check_like_stock(fgr.fold(plain, policy="fold-qnn"), relay.transform.FoldConstant(fold_qnn=True), plain)
+    _check_like_stock(
+        fgr.fold(plain, policy="fold-qnn"), relay.transform.FoldConstant(fold_qnn=True), plain
+    )
 
     # Guarantee 3: barriers and everything downstream of them survive ours and a later stock pass.
     guarded = _downstream_of_barriers(mod)

@@ -55,9 +55,12 @@ def test_reader_of_a_true_branch_folds_into_one_constant() -> None:
     result = fgr.fold(CASES["true"]())
     body = result.mod["main"].body
     assert isinstance(body, relay.Constant)
-    np.testing.assert_array_equal(body.data.numpy(), relay.create_executor(
-        "debug", mod=tvm.IRModule(), target="llvm -mtriple=x86_64-linux-gnu"
-    ).evaluate(relay.add(relay.exp(relay.const(W)), relay.const(W))).numpy())
+    np.testing.assert_array_equal(
+        body.data.numpy(),
+        relay.create_executor("debug", mod=tvm.IRModule(), target="llvm -mtriple=x86_64-linux-gnu")
+        .evaluate(relay.add(relay.exp(relay.const(W)), relay.const(W)))
+        .numpy(),
+    )
     # the plan is the final one: the add that reads the If folded
     assert [d.op for d in result.plan.folded][-1] == "add"
 

@@ -19,19 +19,16 @@ operator counts from the nodes of the QDQ model.
 from __future__ import annotations
 
 import functools
-
 from collections import Counter
 from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import pytest
 import tvm
+from _common import onnx_models
+from relay_ir import op_calls
 from tvm import relay
 from tvm.contrib import graph_executor
-
-from _common import onnx_models
-
-from relay_ir import op_calls
 
 #: Model name -> (QDQ builder, float builder).
 MODELS: Dict[str, Tuple[Callable, Callable]] = {
@@ -79,7 +76,11 @@ def relay_const_calls(mod: tvm.IRModule, op_name: str) -> List[Signature]:
 
 def is_constant(expr: relay.Expr) -> bool:
     """A constant, or a ``qnn.quantize`` of one (what ``float_weights=True`` leaves)."""
-    if isinstance(expr, relay.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "qnn.quantize":
+    if (
+        isinstance(expr, relay.Call)
+        and isinstance(expr.op, tvm.ir.Op)
+        and expr.op.name == "qnn.quantize"
+    ):
         expr = expr.args[0]
     return isinstance(expr, relay.Constant)
 
@@ -113,10 +114,12 @@ class _Model:
         self.weights = sorted(onnx_models.weight_shapes(make_float(0)))
         self.nodes = Counter(node.op_type for node in self.onnx.graph.node)
         self.imported = onnx_models.import_relay(self.onnx)
-        self.fq2i = relay.transform.InferType()(relay.transform.FakeQuantizationToInteger()(self.imported))
+        self.fq2i = relay.transform.InferType()(
+            relay.transform.FakeQuantizationToInteger()(self.imported)
+        )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def model_for(name: str, float_weights: bool = False) -> _Model:
     return _Model(name, float_weights)
 
@@ -136,7 +139,9 @@ def test_import_dequantizes_every_weight_constant(name: str) -> None:
     dequantized = relay_const_calls(model.imported, "qnn.dequantize")
     assert model.weights and weights_among(dequantized, "int8") == model.weights
     # One qnn.dequantize per DequantizeLinear of an initializer: weights, biases and the rest.
-    assert Counter(dequantized) == Counter(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"))
+    assert Counter(dequantized) == Counter(
+        onnx_models.initializer_inputs(model.onnx, "DequantizeLinear")
+    )
     assert len(dequantized) > len(model.weights)
     assert relay_const_calls(model.imported, "qnn.quantize") == []
 
@@ -146,10 +151,14 @@ def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
     model = model_for(name, float_weights=True)
     quantized = relay_const_calls(model.imported, "qnn.quantize")
     assert weights_among(quantized, "float32") == model.weights
-    assert Counter(quantized) == Counter(onnx_models.initializer_inputs(model.onnx, "QuantizeLinear"))
+    assert Counter(quantized) == Counter(
+        onnx_models.initializer_inputs(model.onnx, "QuantizeLinear")
+    )
     dequantized = relay_const_calls(model.imported, "qnn.dequantize")
     assert {dtype for dtype, _ in dequantized} == {"int32"}  # only the biases
-    assert Counter(dequantized) == Counter(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"))
+    assert Counter(dequantized) == Counter(
+        onnx_models.initializer_inputs(model.onnx, "DequantizeLinear")
+    )
 
 
 @pytest.mark.parametrize("float_weights", [False, True], ids=["int8_weights", "float_weights"])
@@ -166,7 +175,9 @@ def test_fq2i_turns_every_weighted_op_into_qnn(name: str, float_weights: bool) -
         assert ops[relay_op] == model.nodes[onnx_op], (relay_op, ops)
     # The kernels: int8 constants, or the quantize of an fp32 constant that folding should turn
     # into one.
-    kernels = [call.args[1] for call in calls(model.fq2i) if call.op.name in ("qnn.conv2d", "qnn.dense")]
+    kernels = [
+        call.args[1] for call in calls(model.fq2i) if call.op.name in ("qnn.conv2d", "qnn.dense")
+    ]
     if float_weights:
         assert all(
             isinstance(k, relay.Call)
@@ -181,7 +192,11 @@ def test_fq2i_turns_every_weighted_op_into_qnn(name: str, float_weights: bool) -
         shapes = sorted(tuple(k.data.shape) for k in kernels)
     assert shapes == model.weights
     # Only the float islands keep dequantized constants: the LayerNormalization scales and biases.
-    kept = [call for call in calls(model.fq2i) if call.op.name == "qnn.dequantize" and is_constant(call.args[0])]
+    kept = [
+        call
+        for call in calls(model.fq2i)
+        if call.op.name == "qnn.dequantize" and is_constant(call.args[0])
+    ]
     assert len(kept) == 2 * model.nodes["LayerNormalization"]
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from corpus import on_cpu
+from test_annotations import STOCK, check_before_after
 from tvm import relay
 
 import fold_guard.relay as fgr
 from fold_guard import Reason
-
-from corpus import on_cpu
-from test_annotations import STOCK, check_before_after
 
 ONE = np.ones((1,), dtype="float32")
 C = np.array([0.5, -1.0, 2.0, 4.0], dtype="float32")
@@ -81,13 +80,22 @@ CONSTRAINTS = [
 ]
 
 
-@pytest.mark.parametrize("flags", CONSTRAINTS, ids=[f"result={f['constrain_result']},body={f['constrain_body']}" for f in CONSTRAINTS])
+@pytest.mark.parametrize(
+    "flags",
+    CONSTRAINTS,
+    ids=[f"result={f['constrain_result']},body={f['constrain_body']}" for f in CONSTRAINTS],
+)
 def test_graph_form_folds_through_on_device(flags) -> None:
     """
     x + on_device(on_device(C) * D)  ==>  x + on_device(<C * D>)     (the outer one stays)
     """
     x = relay.var("x", shape=(4,), dtype="float32")
-    before = _module([x], relay.add(x, on_cpu(relay.multiply(on_cpu(relay.const(C), **flags), relay.const(D)), **flags)))
+    before = _module(
+        [x],
+        relay.add(
+            x, on_cpu(relay.multiply(on_cpu(relay.const(C), **flags), relay.const(D)), **flags)
+        ),
+    )
     expected = _module([x], relay.add(x, on_cpu(relay.const(C * D), **flags)))
     _both_fold_to(before, expected)
 
@@ -99,7 +107,10 @@ def test_tuple_under_on_device_gives_annotated_fields() -> None:
     """
     x = relay.var("x", shape=(4,), dtype="float32")
     tup = on_cpu(relay.Tuple([relay.const(C), relay.multiply(relay.const(C), relay.const(D)), x]))
-    body = relay.add(relay.subtract(relay.TupleGetItem(tup, 1), relay.TupleGetItem(tup, 0)), relay.TupleGetItem(tup, 2))
+    body = relay.add(
+        relay.subtract(relay.TupleGetItem(tup, 1), relay.TupleGetItem(tup, 0)),
+        relay.TupleGetItem(tup, 2),
+    )
     _both_fold_to(_module([x], body), _module([x], relay.add(relay.const(C * D - C), x)))
 
 
@@ -123,17 +134,26 @@ def test_barrier_under_on_device_still_holds() -> None:
     x = relay.var("x", shape=(4,), dtype="float32")
 
     def module(weight: relay.Expr) -> tvm.IRModule:
-        return _module([x], relay.add(x, relay.subtract(on_cpu(fgr.fold_barrier(weight)), relay.const(D))))
+        return _module(
+            [x], relay.add(x, relay.subtract(on_cpu(fgr.fold_barrier(weight)), relay.const(D)))
+        )
 
     expected = module(relay.const(C * D))
-    after = check_before_after(module(relay.multiply(relay.const(C), relay.const(D))), expected, fgr.FoldConstant(strict=True))
+    after = check_before_after(
+        module(relay.multiply(relay.const(C), relay.const(D))),
+        expected,
+        fgr.FoldConstant(strict=True),
+    )
     check_before_after(after, expected, STOCK)
 
 
 def test_on_device_under_barrier_folds_its_operand() -> None:
     """fold_barrier(on_device(C * D)) * x  ==>  fold_barrier(on_device(<C*D>)) * x"""
     x = relay.var("x", shape=(4,), dtype="float32")
-    before = _module([x], relay.multiply(fgr.fold_barrier(on_cpu(relay.multiply(relay.const(C), relay.const(D)))), x))
+    before = _module(
+        [x],
+        relay.multiply(fgr.fold_barrier(on_cpu(relay.multiply(relay.const(C), relay.const(D)))), x),
+    )
     expected = _module([x], relay.multiply(fgr.fold_barrier(on_cpu(relay.const(C * D))), x))
     check_before_after(before, expected, fgr.FoldConstant(strict=True))
 
@@ -152,4 +172,6 @@ def test_allow_around_on_device_keeps_the_device_hint() -> None:
 
     quantized = relay.qnn.op.quantize(relay.const(weight), scale, zero, out_dtype="int8")
     expected = module(on_cpu(relay.const((weight / 0.5).astype("int8"))))
-    check_before_after(module(fgr.fold_allow(on_cpu(quantized))), expected, fgr.FoldConstant(strict=True))
+    check_before_after(
+        module(fgr.fold_allow(on_cpu(quantized))), expected, fgr.FoldConstant(strict=True)
+    )

@@ -9,7 +9,13 @@ from fold_guard._core.op_names import RELAY_OP_NAMES
 
 @pytest.mark.parametrize(
     "name",
-    sorted(RELAY_OP_NAMES.quantize | RELAY_OP_NAMES.dequantize | RELAY_OP_NAMES.weight | RELAY_OP_NAMES.bias_add | RELAY_OP_NAMES.add),
+    sorted(
+        RELAY_OP_NAMES.quantize
+        | RELAY_OP_NAMES.dequantize
+        | RELAY_OP_NAMES.weight
+        | RELAY_OP_NAMES.bias_add
+        | RELAY_OP_NAMES.add
+    ),
 )
 def test_every_name_is_a_registered_relay_op(name: str) -> None:
     assert tvm.ir.Op.get(name).name == name

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tvm
+from relay_ir import op_calls
 from tvm import relay
 from tvm.contrib import graph_executor
 from tvm.relay.backend import te_compiler
@@ -35,9 +36,9 @@ from tvm.relay.backend import te_compiler
 import fold_guard.relay as fgr
 from fold_guard import Reason
 
-from relay_ir import op_calls
-
-TARGET = tvm.target.Target("llvm -mtriple=x86_64-linux-gnu")  # hhb's default "llvm" triple is riscv64
+TARGET = tvm.target.Target(
+    "llvm -mtriple=x86_64-linux-gnu"
+)  # hhb's default "llvm" triple is riscv64
 NPU = "fold_guard_test_npu"
 NPU_OPS = ("add", "multiply", "subtract")
 # The NPU takes QNN vectors (biases) only, so the dense weight's QNN subgraph stays on main.
@@ -61,7 +62,9 @@ X = _RNG.integers(-3, 4, size=(1, 2, 4, 4)).astype("float32")
 
 def _quantized(value: np.ndarray) -> relay.Expr:
     """dequantize(quantize(value)): a constant QNN subgraph stock FoldConstant() keeps."""
-    q = relay.qnn.op.quantize(relay.const(value), relay.const(SCALE), relay.const(0), out_dtype="int8")
+    q = relay.qnn.op.quantize(
+        relay.const(value), relay.const(SCALE), relay.const(0), out_dtype="int8"
+    )
     return relay.qnn.op.dequantize(q, relay.const(SCALE), relay.const(0))
 
 
@@ -70,7 +73,9 @@ def model() -> tvm.IRModule:
     weight = relay.transpose(relay.const(W_HWIO), axes=[3, 2, 0, 1])  # main: folds under stock
     conv = relay.nn.relu(relay.nn.conv2d(x, weight, padding=(1, 1), channels=3, kernel_size=(3, 3)))
     shift = relay.multiply(relay.add(relay.const(C1), relay.const(C2)), relay.const(C3))  # region A
-    dense = relay.nn.dense(relay.nn.batch_flatten(relay.add(conv, shift)), _quantized(W_DENSE))  # main: QNN
+    dense = relay.nn.dense(
+        relay.nn.batch_flatten(relay.add(conv, shift)), _quantized(W_DENSE)
+    )  # main: QNN
     out = relay.subtract(dense, relay.add(relay.const(B1), _quantized(B2)))  # region B: QNN
     return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], out)))
 
@@ -98,8 +103,12 @@ def _compile_external(func: relay.Function) -> tvm.runtime.Module:
     mod = relay.transform.InferType()(tvm.IRModule.from_expr(plain))
     mod = relay.qnn.transform.CanonicalizeOps()(mod)  # QNN has no compute of its own
     primitive = mod["main"].with_attr("Primitive", tvm.tir.IntImm("int32", 1))
-    prim_func = te_compiler.lower_to_primfunc(relay.transform.InferType()(tvm.IRModule.from_expr(primitive))["main"], TARGET)
-    return tvm.build(tvm.IRModule({symbol: prim_func.with_attr("global_symbol", symbol)}), target=TARGET)
+    prim_func = te_compiler.lower_to_primfunc(
+        relay.transform.InferType()(tvm.IRModule.from_expr(primitive))["main"], TARGET
+    )
+    return tvm.build(
+        tvm.IRModule({symbol: prim_func.with_attr("global_symbol", symbol)}), target=TARGET
+    )
 
 
 class NpuHook:
@@ -200,7 +209,9 @@ def _assert_same_function(got: relay.Function, expected: relay.Function) -> None
 
 def _unchanged_except(before: tvm.IRModule, after: tvm.IRModule, changed: tuple[str, ...]) -> None:
     """Every global function not in ``changed`` is structurally what it was."""
-    assert sorted(gv.name_hint for gv in after.get_global_vars()) == sorted(gv.name_hint for gv in before.get_global_vars())
+    assert sorted(gv.name_hint for gv in after.get_global_vars()) == sorted(
+        gv.name_hint for gv in before.get_global_vars()
+    )
     for gvar in before.get_global_vars():
         if gvar.name_hint not in changed:
             _assert_same_function(after[gvar.name_hint], before[gvar.name_hint])
@@ -267,7 +278,12 @@ def test_partitioning_puts_constant_subgraphs_in_external_functions(npu):
     partitioned = partition_for_test_npu(model())
     regions = _external(partitioned)
     assert _op_names(partitioned[regions["A"]]) == ["add", "multiply", "add"]
-    assert sorted(_op_names(partitioned[regions["B"]])) == ["add", "qnn.dequantize", "qnn.quantize", "subtract"]
+    assert sorted(_op_names(partitioned[regions["B"]])) == [
+        "add",
+        "qnn.dequantize",
+        "qnn.quantize",
+        "subtract",
+    ]
     assert str(partitioned[regions["A"]].attrs["Compiler"]) == NPU
 
 
@@ -278,7 +294,9 @@ def test_stock_skips_external_functions(npu):
     _unchanged_except(partitioned, stock, changed=("main",))
     assert "transpose" not in _op_names(stock["main"])  # main itself was folded
     # Ours with no function list does exactly what stock does, external functions included.
-    tvm.ir.assert_structural_equal(fgr.FoldConstant(strict=True)(partitioned), stock, map_free_vars=True)
+    tvm.ir.assert_structural_equal(
+        fgr.FoldConstant(strict=True)(partitioned), stock, map_free_vars=True
+    )
     assert "multiply" in _op_names(stock[regions["A"]])
 
 
@@ -286,7 +304,13 @@ def _region_a_folded(partitioned: tvm.IRModule, name: str) -> relay.Function:
     """Region A by hand: add(p, (C1 + C2) * C3) ==> add(p, <(C1+C2)*C3>), attributes kept."""
     func = partitioned[name]
     (param,) = func.params
-    expected = relay.Function([param], relay.add(param, relay.const((C1 + C2) * C3)), func.ret_type, func.type_params, func.attrs)
+    expected = relay.Function(
+        [param],
+        relay.add(param, relay.const((C1 + C2) * C3)),
+        func.ret_type,
+        func.type_params,
+        func.attrs,
+    )
     return relay.transform.InferType()(tvm.IRModule({name: expected}))[name]
 
 
@@ -334,7 +358,9 @@ def test_qnn_region_under_default_and_fold_qnn(npu):
 def test_folding_every_function_when_named(npu):
     partitioned = partition_for_test_npu(model())
     regions = _external(partitioned)
-    after = fgr.FoldConstant(functions=["main", regions["A"], regions["B"]], strict=True)(partitioned)
+    after = fgr.FoldConstant(functions=["main", regions["A"], regions["B"]], strict=True)(
+        partitioned
+    )
     _assert_same_function(after["main"], STOCK(partitioned)["main"])
     _assert_same_function(after[regions["A"]], _region_a_folded(partitioned, regions["A"]))
     _assert_same_function(after[regions["B"]], partitioned[regions["B"]])  # QNN kept under default
@@ -386,9 +412,15 @@ def test_folded_external_functions_build_and_run(hook):
     partitioned = partition_for_test_npu(model())
     regions = _external(partitioned)
     hook.policy = "fold-qnn"  # the hook then folds region B's QNN subgraph too
-    cases = (([regions["A"]], "default"), ([regions["B"]], "fold-qnn"), (["main", regions["A"], regions["B"]], "fold-qnn"))
+    cases = (
+        ([regions["A"]], "default"),
+        ([regions["B"]], "fold-qnn"),
+        (["main", regions["A"], regions["B"]], "fold-qnn"),
+    )
     for functions, policy in cases:
         folded = fgr.FoldConstant(policy, functions=functions, strict=True)(partitioned)
-        np.testing.assert_array_equal(_run(folded), reference_output(), err_msg=f"{functions} {policy}")
+        np.testing.assert_array_equal(
+            _run(folded), reference_output(), err_msg=f"{functions} {policy}"
+        )
     (b_folded,) = [f for f in hook.folded if str(f.attrs["global_symbol"]) == regions["B"]][-1:]
     assert _op_names(b_folded) == ["subtract"]

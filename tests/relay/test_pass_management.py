@@ -58,7 +58,10 @@ def _module() -> tvm.IRModule:
 def _qnn_module() -> tvm.IRModule:
     """A weight ``qnn.quantize(<fp32 const>)`` under ``qnn.dense``: only fold_qnn / fold-qnn folds it."""
     weight = relay.qnn.op.quantize(
-        relay.const(np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4)), relay.const(0.5), relay.const(0), out_dtype="int8"
+        relay.const(np.linspace(-1, 1, 8, dtype="float32").reshape(2, 4)),
+        relay.const(0.5),
+        relay.const(0),
+        out_dtype="int8",
     )
     x = relay.var("x", shape=(2, 4), dtype="int8")
     dense = relay.qnn.op.dense(
@@ -67,9 +70,21 @@ def _qnn_module() -> tvm.IRModule:
     return tvm.IRModule.from_expr(relay.Function([x], dense))
 
 
-PAIRS: List[Tuple[str, Callable[[], tvm.IRModule], Callable[[], tvm.transform.Pass], Callable[[], tvm.transform.Pass]]] = [
+PAIRS: List[
+    Tuple[
+        str,
+        Callable[[], tvm.IRModule],
+        Callable[[], tvm.transform.Pass],
+        Callable[[], tvm.transform.Pass],
+    ]
+] = [
     ("default", _module, lambda: relay.transform.FoldConstant(), lambda: fgr.FoldConstant()),
-    ("fold-qnn", _qnn_module, lambda: relay.transform.FoldConstant(fold_qnn=True), lambda: fgr.FoldConstant("fold-qnn")),
+    (
+        "fold-qnn",
+        _qnn_module,
+        lambda: relay.transform.FoldConstant(fold_qnn=True),
+        lambda: fgr.FoldConstant("fold-qnn"),
+    ),
 ]
 
 
@@ -79,7 +94,9 @@ def _pipeline(folding: tvm.transform.Pass) -> tvm.transform.Pass:
     )
 
 
-def _run_seen(mod: tvm.IRModule, folding: tvm.transform.Pass, **context: object) -> Tuple[tvm.IRModule, Seen]:
+def _run_seen(
+    mod: tvm.IRModule, folding: tvm.transform.Pass, **context: object
+) -> Tuple[tvm.IRModule, Seen]:
     recorder = Recorder()
     with tvm.transform.PassContext(instruments=[recorder], **context):  # type: ignore[arg-type]
         out = _pipeline(folding)(mod)
@@ -94,22 +111,32 @@ def test_instrument_sees_the_stock_sequence(name, build, stock, ours) -> None:
     names = [(when, pass_name) for when, pass_name, _ in stock_seen]
     assert names == [
         ("before", "sequential"),
-        ("before", "InferType"), ("after", "InferType"),
+        ("before", "InferType"),
+        ("after", "InferType"),
         ("before", "FoldConstant"),
-        ("before", "InferType"), ("after", "InferType"),
+        ("before", "InferType"),
+        ("after", "InferType"),
         ("after", "FoldConstant"),
-        ("before", "InferType"), ("after", "InferType"),
-        ("before", "DeadCodeElimination"), ("after", "DeadCodeElimination"),
+        ("before", "InferType"),
+        ("after", "InferType"),
+        ("before", "DeadCodeElimination"),
+        ("after", "DeadCodeElimination"),
         ("after", "sequential"),
     ], "stock's sequence changed: this test documents the one measured on TVM 0.16"
     assert ours_seen == stock_seen
     tvm.ir.assert_structural_equal(ours_out, stock_out, map_free_vars=True)
-    assert not tvm.ir.structural_equal(ours_out, relay.transform.InferType()(build()), map_free_vars=True)
+    assert not tvm.ir.structural_equal(
+        ours_out, relay.transform.InferType()(build()), map_free_vars=True
+    )
 
 
 def test_pass_info_is_the_stock_passes() -> None:
     ours, stock = fgr.FoldConstant(), relay.transform.FoldConstant()
-    assert (ours.info.name, ours.info.opt_level) == (stock.info.name, stock.info.opt_level) == ("FoldConstant", 2)
+    assert (
+        (ours.info.name, ours.info.opt_level)
+        == (stock.info.name, stock.info.opt_level)
+        == ("FoldConstant", 2)
+    )
     assert list(ours.info.required) == list(stock.info.required) == []
     assert ours.implementation == "fold_guard.relay.FoldConstant"
     assert fgr.FoldConstant("fold-qnn").policy.name == "fold-qnn"
@@ -123,7 +150,10 @@ GATING = [
     ({"opt_level": 0}, False),
     ({"opt_level": 3, "disabled_pass": ["FoldConstant"]}, False),
     ({"opt_level": 1, "required_pass": ["FoldConstant"]}, True),
-    ({"opt_level": 3, "disabled_pass": ["fold_guard.FoldConstant"]}, True),  # the old name means nothing now
+    (
+        {"opt_level": 3, "disabled_pass": ["fold_guard.FoldConstant"]},
+        True,
+    ),  # the old name means nothing now
 ]
 
 
@@ -148,7 +178,10 @@ def test_internal_passes_do_not_leak_into_an_outer_context() -> None:
         with tvm.transform.PassContext(opt_level=3, instruments=[recorder]):
             folding(typed)
         assert [(when, name) for when, name, _ in recorder.seen] == [
-            ("before", "FoldConstant"), ("before", "InferType"), ("after", "InferType"), ("after", "FoldConstant")
+            ("before", "FoldConstant"),
+            ("before", "InferType"),
+            ("after", "InferType"),
+            ("after", "FoldConstant"),
         ]
 
 
@@ -156,6 +189,10 @@ def test_log_line_names_the_implementation(caplog: pytest.LogCaptureFixture) -> 
     """The report's INFO line says who folded (the PassInfo says only ``FoldConstant``)."""
     with caplog.at_level(logging.INFO, logger="fold_guard"):
         fgr.FoldConstant()(_module())
-    reports = [record.getMessage() for record in caplog.records if "constants:" in record.getMessage()]
+    reports = [
+        record.getMessage() for record in caplog.records if "constants:" in record.getMessage()
+    ]
     assert len(reports) == 1
-    assert reports[0].startswith("fold_guard.relay.FoldConstant: fold plan under policy 'default': 1 folded")
+    assert reports[0].startswith(
+        "fold_guard.relay.FoldConstant: fold plan under policy 'default': 1 folded"
+    )

@@ -27,14 +27,13 @@ from typing import Callable, Dict, List, Set
 import numpy as np
 import pytest
 import tvm
+from _common.onnx_models import run_relay
+from relay_ir import op_calls
 from tvm import relay
 from tvm.relay import qnn
 
 import fold_guard.relay as fgr
 from fold_guard import Reason
-from _common.onnx_models import run_relay
-
-from relay_ir import op_calls
 
 INPUT_SHAPE = (1, 4, 8, 8)
 _RNG = np.random.default_rng(11228)
@@ -49,7 +48,13 @@ X = _RNG.standard_normal(INPUT_SHAPE).astype("float32")
 OUTPUT_SCALE = 0.5
 
 #: QNN ops that take activations in the module (the dense weight's requantize is not one).
-ACTIVATION_QNN = {"qnn.quantize": 1, "qnn.conv2d": 1, "qnn.requantize": 2, "qnn.dense": 1, "qnn.dequantize": 1}
+ACTIVATION_QNN = {
+    "qnn.quantize": 1,
+    "qnn.conv2d": 1,
+    "qnn.requantize": 2,
+    "qnn.dense": 1,
+    "qnn.dequantize": 1,
+}
 #: Plain ops of the module outside the constant subgraphs.
 ACTIVATION_PLAIN = {"nn.bias_add": 1, "nn.max_pool2d": 1, "nn.batch_flatten": 1}
 
@@ -70,13 +75,19 @@ def _c(value: float, dtype: str) -> relay.Constant:
 def conv_weight(inner: Wrap = _same) -> relay.Expr:
     """Constant subgraph 1: ``qnn.quantize(transpose(<fp32 HWIO>))`` -> int8 OIHW, per channel."""
     oihw = inner(relay.transpose(relay.const(W_HWIO), axes=(3, 2, 0, 1)))
-    return qnn.quantize(oihw, relay.const(W_SCALE), relay.const(np.zeros(8, "int32")), axis=0, out_dtype="int8")
+    return qnn.quantize(
+        oihw, relay.const(W_SCALE), relay.const(np.zeros(8, "int32")), axis=0, out_dtype="int8"
+    )
 
 
 def dense_weight(inner: Wrap = _same) -> relay.Expr:
     """Constant subgraph 2: ``qnn.requantize(<int8>)`` to the dense kernel's scale and zero point."""
     return qnn.requantize(
-        inner(relay.const(DENSE_INT8)), _c(0.02, "float32"), _c(0, "int32"), _c(0.05, "float32"), _c(3, "int32"),
+        inner(relay.const(DENSE_INT8)),
+        _c(0.02, "float32"),
+        _c(0, "int32"),
+        _c(0.05, "float32"),
+        _c(3, "int32"),
         out_dtype="int8",
     )
 
@@ -86,21 +97,44 @@ def net(conv_w: relay.Expr, dense_w: relay.Expr) -> tvm.IRModule:
     x = relay.var("x", shape=INPUT_SHAPE, dtype="float32")
     q = qnn.quantize(x, _c(0.05, "float32"), _c(128, "int32"), out_dtype="uint8")
     conv = qnn.conv2d(
-        q, conv_w, _c(128, "int32"), _c(0, "int32"), _c(0.05, "float32"), relay.const(W_SCALE),
-        kernel_size=(3, 3), channels=8, padding=(1, 1), out_dtype="int32",
+        q,
+        conv_w,
+        _c(128, "int32"),
+        _c(0, "int32"),
+        _c(0.05, "float32"),
+        relay.const(W_SCALE),
+        kernel_size=(3, 3),
+        channels=8,
+        padding=(1, 1),
+        out_dtype="int32",
     )
     biased = relay.nn.bias_add(conv, relay.const(CONV_BIAS))
     act = qnn.requantize(
-        biased, relay.const(W_SCALE * np.float32(0.05)), relay.const(np.zeros(8, "int32")),
-        _c(0.1, "float32"), _c(0, "int32"), axis=1, out_dtype="uint8",
+        biased,
+        relay.const(W_SCALE * np.float32(0.05)),
+        relay.const(np.zeros(8, "int32")),
+        _c(0.1, "float32"),
+        _c(0, "int32"),
+        axis=1,
+        out_dtype="uint8",
     )
     flat = relay.nn.batch_flatten(relay.nn.max_pool2d(act, pool_size=(2, 2), strides=(2, 2)))
     dense = qnn.dense(
-        flat, dense_w, _c(0, "int32"), _c(3, "int32"), _c(0.1, "float32"), _c(0.05, "float32"),
-        units=10, out_dtype="int32",
+        flat,
+        dense_w,
+        _c(0, "int32"),
+        _c(3, "int32"),
+        _c(0.1, "float32"),
+        _c(0.05, "float32"),
+        units=10,
+        out_dtype="int32",
     )
     out_q = qnn.requantize(
-        dense, _c(0.005, "float32"), _c(0, "int32"), _c(OUTPUT_SCALE, "float32"), _c(128, "int32"),
+        dense,
+        _c(0.005, "float32"),
+        _c(0, "int32"),
+        _c(OUTPUT_SCALE, "float32"),
+        _c(128, "int32"),
         out_dtype="uint8",
     )
     out = qnn.dequantize(out_q, _c(OUTPUT_SCALE, "float32"), _c(128, "int32"))
@@ -126,10 +160,14 @@ def op_counts(mod: tvm.IRModule) -> Dict[str, int]:
 
 
 def _qnn_calls(mod: tvm.IRModule, *, on_activations: bool) -> Dict[str, int]:
-    return dict(Counter(
-        call.op.name for call in _calls(mod)
-        if call.op.name.startswith("qnn.") and bool(relay.analysis.free_vars(call)) == on_activations
-    ))
+    return dict(
+        Counter(
+            call.op.name
+            for call in _calls(mod)
+            if call.op.name.startswith("qnn.")
+            and bool(relay.analysis.free_vars(call)) == on_activations
+        )
+    )
 
 
 def qnn_on_activations(mod: tvm.IRModule) -> Dict[str, int]:
@@ -225,11 +263,17 @@ def test_fold_allow_folds_constant_qnn_subgraphs_and_keeps_activation_qnn(
     assert op_counts(after) == {**ACTIVATION_QNN, **ACTIVATION_PLAIN}
     # Bit-identical to stock fold_qnn=True on the same subgraph (structural equality compares the
     # bytes too; this says so in plain NumPy).
-    np.testing.assert_array_equal(kernel_of(after, "qnn.conv2d"), folded_weights["conv"].data.numpy())
-    np.testing.assert_array_equal(kernel_of(after, "qnn.dense"), folded_weights["dense"].data.numpy())
+    np.testing.assert_array_equal(
+        kernel_of(after, "qnn.conv2d"), folded_weights["conv"].data.numpy()
+    )
+    np.testing.assert_array_equal(
+        kernel_of(after, "qnn.dense"), folded_weights["dense"].data.numpy()
+    )
 
 
-def test_fold_qnn_policy_folds_every_constant_qnn_op_without_annotations(expected: tvm.IRModule) -> None:
+def test_fold_qnn_policy_folds_every_constant_qnn_op_without_annotations(
+    expected: tvm.IRModule,
+) -> None:
     before = net(conv_weight(), dense_weight())
     after = fgr.FoldConstant("fold-qnn")(before)
     assert_equal(after, expected)
@@ -243,10 +287,19 @@ def test_default_policy_without_annotations_keeps_qnn_like_stock() -> None:
     after = fgr.FoldConstant()(before)
     assert_equal(after, relay.transform.FoldConstant()(before))
     # The transpose under the quantize folds; both QNN weight subgraphs stay QNN ops.
-    assert_equal(after, net(qnn.quantize(
-        relay.const(W_HWIO.transpose(3, 2, 0, 1)), relay.const(W_SCALE), relay.const(np.zeros(8, "int32")),
-        axis=0, out_dtype="int8",
-    ), dense_weight()))
+    assert_equal(
+        after,
+        net(
+            qnn.quantize(
+                relay.const(W_HWIO.transpose(3, 2, 0, 1)),
+                relay.const(W_SCALE),
+                relay.const(np.zeros(8, "int32")),
+                axis=0,
+                out_dtype="int8",
+            ),
+            dense_weight(),
+        ),
+    )
 
 
 def test_only_the_allowed_subgraph_folds(folded_weights: Dict[str, relay.Constant]) -> None:
@@ -266,11 +319,16 @@ def test_barrier_on_a_constant_inside_fold_allow_wins(policy: str) -> None:
     result = fgr.fold(before, policy=policy)
 
     expected_conv = (
-        stock_fold_qnn(conv_weight()) if policy == "fold-qnn"
+        stock_fold_qnn(conv_weight())
+        if policy == "fold-qnn"
         else relay.transform.FoldConstantExpr(conv_weight(), tvm.IRModule())
     )
-    assert_equal(result.mod, net(expected_conv, fgr.fold_allow(dense_weight(inner=fgr.fold_barrier))))
-    requantize_reasons = Counter(d.reason for d in result.plan.decisions if d.op == "qnn.requantize")
+    assert_equal(
+        result.mod, net(expected_conv, fgr.fold_allow(dense_weight(inner=fgr.fold_barrier)))
+    )
+    requantize_reasons = Counter(
+        d.reason for d in result.plan.decisions if d.op == "qnn.requantize"
+    )
     assert requantize_reasons[Reason.KEPT_BY_BARRIER] == 1, result.plan.explain()
     # A later stock pass, even with fold_qnn=True, keeps the barrier and the requantize above it.
     later = relay.transform.FoldConstant(fold_qnn=True)(result.mod)
@@ -293,15 +351,23 @@ def test_barrier_operand_folds_but_the_qnn_op_above_it_does_not(policy: str) -> 
 
 
 BUILD_CASES = {
-    "allow-default": (lambda: net(fgr.fold_allow(conv_weight()), fgr.fold_allow(dense_weight())), "default"),
+    "allow-default": (
+        lambda: net(fgr.fold_allow(conv_weight()), fgr.fold_allow(dense_weight())),
+        "default",
+    ),
     "fold-qnn": (lambda: net(conv_weight(), dense_weight()), "fold-qnn"),
-    "barrier": (lambda: net(fgr.fold_allow(conv_weight(inner=fgr.fold_barrier)), dense_weight()), "default"),
+    "barrier": (
+        lambda: net(fgr.fold_allow(conv_weight(inner=fgr.fold_barrier)), dense_weight()),
+        "default",
+    ),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BUILD_CASES))
-def test_built_module_runs_bit_identically_before_and_after(case: str, reference_output: np.ndarray) -> None:
+def test_built_module_runs_bit_identically_before_and_after(
+    case: str, reference_output: np.ndarray
+) -> None:
     make, policy = BUILD_CASES[case]
     before = make()
     after = fgr.FoldConstant(policy)(before)
@@ -322,7 +388,9 @@ def test_folding_a_constant_requantize_leaves_the_input_module_unchanged(policy:
     before = net(allow(conv_weight()), allow(dense_weight()))
     fgr.FoldConstant(policy)(before)
     assert_equal(before, net(allow(conv_weight()), allow(dense_weight())))
-    assert [c.attrs.rounding for c in _calls(before) if c.op.name == "qnn.requantize"] == ["None"] * 3
+    assert [c.attrs.rounding for c in _calls(before) if c.op.name == "qnn.requantize"] == [
+        "None"
+    ] * 3
 
 
 @pytest.mark.stock
@@ -331,5 +399,7 @@ def test_stock_fold_qnn_changes_its_input_module_in_place() -> None:
     before = net(conv_weight(), dense_weight())
     relay.transform.FoldConstant(fold_qnn=True)(before)
     assert sorted(c.attrs.rounding for c in _calls(before) if c.op.name == "qnn.requantize") == [
-        "None", "None", "UPWARD"
+        "None",
+        "None",
+        "UPWARD",
     ]

@@ -25,7 +25,9 @@ import fold_guard.relay as fgr
 TARGET = "llvm -mtriple=x86_64-linux-gnu"
 
 WORKLOADS: Dict[str, Callable[[], Tuple[tvm.IRModule, dict]]] = {
-    "resnet18": lambda: testing.resnet.get_workload(num_layers=18, batch_size=1, image_shape=(3, 32, 32)),
+    "resnet18": lambda: testing.resnet.get_workload(
+        num_layers=18, batch_size=1, image_shape=(3, 32, 32)
+    ),
     "mobilenet": lambda: testing.mobilenet.get_workload(batch_size=1, image_shape=(3, 32, 32)),
     "dcgan": lambda: testing.dcgan.get_workload(batch_size=1, ngf=16),
     "lstm": lambda: testing.lstm.get_workload(iterations=3, num_hidden=8),
@@ -46,7 +48,9 @@ def _run(mod: tvm.IRModule, seed: int = 0) -> list:
     rng = np.random.default_rng(seed)
     for param in mod["main"].params:
         shape = [int(d) for d in param.checked_type.shape]
-        module.set_input(param.name_hint, rng.standard_normal(shape).astype(param.checked_type.dtype))
+        module.set_input(
+            param.name_hint, rng.standard_normal(shape).astype(param.checked_type.dtype)
+        )
     module.run()
     return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
 

@@ -18,12 +18,11 @@ from typing import Dict, List
 import numpy as np
 import pytest
 import tvm
+from _common import onnx_models
+from relay_ir import op_calls
 from tvm import relay
 
 import fold_guard.relay as fgr
-from _common import onnx_models
-
-from relay_ir import op_calls
 
 #: In the import: one dequantize per weight and per bias of the 4 convolutions and the classifier.
 CONSTANT_DEQUANTIZES = 10
@@ -39,10 +38,14 @@ def _calls(mod: tvm.IRModule) -> List[relay.Call]:
 
 def constant_qnn_calls(mod: tvm.IRModule) -> Dict[str, int]:
     """QNN calls whose arguments are all constants (what fold_qnn=True evaluates)."""
-    return dict(Counter(
-        call.op.name for call in _calls(mod)
-        if call.op.name.startswith("qnn.") and all(isinstance(arg, relay.Constant) for arg in call.args)
-    ))
+    return dict(
+        Counter(
+            call.op.name
+            for call in _calls(mod)
+            if call.op.name.startswith("qnn.")
+            and all(isinstance(arg, relay.Constant) for arg in call.args)
+        )
+    )
 
 
 def qnn_counts(mod: tvm.IRModule) -> Dict[str, int]:
@@ -57,7 +60,9 @@ class _Model:
     def __init__(self) -> None:
         self.onnx = onnx_models.make_qdq_cnn(0)
         self.imported = onnx_models.import_relay(self.onnx)
-        self.fq2i = relay.transform.InferType()(relay.transform.FakeQuantizationToInteger()(self.imported))
+        self.fq2i = relay.transform.InferType()(
+            relay.transform.FakeQuantizationToInteger()(self.imported)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +86,9 @@ def test_fold_qnn_on_the_import_equals_stock(model: _Model, folded_import: tvm.I
 
 def test_default_on_the_import_keeps_every_qnn_op_like_stock(model: _Model) -> None:
     assert_equal(fgr.FoldConstant()(model.imported), relay.transform.FoldConstant()(model.imported))
-    assert constant_qnn_calls(fgr.FoldConstant()(model.imported)) == {"qnn.dequantize": CONSTANT_DEQUANTIZES}
+    assert constant_qnn_calls(fgr.FoldConstant()(model.imported)) == {
+        "qnn.dequantize": CONSTANT_DEQUANTIZES
+    }
 
 
 @pytest.mark.parametrize("policy", ["default", "fold-qnn"])

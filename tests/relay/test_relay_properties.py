@@ -37,7 +37,9 @@ from tvm.contrib import graph_executor
 
 import fold_guard.relay as fgr
 
-TARGET = tvm.target.Target("llvm -mtriple=x86_64-linux-gnu")  # hhb's default "llvm" triple is riscv64
+TARGET = tvm.target.Target(
+    "llvm -mtriple=x86_64-linux-gnu"
+)  # hhb's default "llvm" triple is riscv64
 SHAPE = (2, 3)
 BINARY = (relay.add, relay.multiply, relay.subtract, relay.maximum)
 UNARY = (relay.negative, relay.exp)
@@ -54,7 +56,9 @@ _STEP = st.tuples(
     st.integers(0, 5),  # 0 means: wrap in fold_allow (about one step in six)
 )
 _SPEC = st.tuples(
-    st.lists(st.lists(st.integers(-3, 3), min_size=6, max_size=6), min_size=1, max_size=3),  # constants
+    st.lists(
+        st.lists(st.integers(-3, 3), min_size=6, max_size=6), min_size=1, max_size=3
+    ),  # constants
     st.lists(_STEP, min_size=1, max_size=8),
 )
 Spec = tuple[list[list[int]], list[tuple[int, int, int, bool, int]]]
@@ -64,7 +68,9 @@ def build(spec: Spec, *, annotate: bool = True) -> tvm.IRModule:
     """The module a spec describes; ``annotate=False`` gives the same DAG without annotations."""
     constants, steps = spec
     x = relay.var("x", shape=SHAPE, dtype="float32")
-    pool: list[relay.Expr] = [relay.const(np.array(c, dtype="float32").reshape(SHAPE)) for c in constants] + [x]
+    pool: list[relay.Expr] = [
+        relay.const(np.array(c, dtype="float32").reshape(SHAPE)) for c in constants
+    ] + [x]
     outputs: list[relay.Expr] = []
     for op, left, right, barrier, allow in steps:
         a, b = pool[left % len(pool)], pool[right % len(pool)]
@@ -193,7 +199,9 @@ def test_barriers_hold_and_the_pass_is_pure(spec: Spec) -> None:
 @given(_SPEC)
 def test_without_annotations_ours_is_stock(spec: Spec) -> None:
     plain = build(spec, annotate=False)
-    tvm.ir.assert_structural_equal(fgr.FoldConstant()(plain), STOCK(build(spec, annotate=False)), map_free_vars=True)
+    tvm.ir.assert_structural_equal(
+        fgr.FoldConstant()(plain), STOCK(build(spec, annotate=False)), map_free_vars=True
+    )
 
 
 @pytest.mark.slow
@@ -241,11 +249,15 @@ def test_facts_detect_a_fold_below_a_barrier():
     x = relay.var("x", shape=SHAPE, dtype="float32")
     c0 = relay.const(np.array(constants[0], dtype="float32").reshape(SHAPE))
     below = relay.multiply(fgr.fold_barrier(c0), c0)
-    annotated = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], relay.Tuple([below, x]))))
+    annotated = relay.transform.InferType()(
+        tvm.IRModule.from_expr(relay.Function([x], relay.Tuple([below, x])))
+    )
     _, before_below, _ = _facts(annotated)
     # Remove the barrier by hand, as a pass that ignored it would, and fold with stock.
     stripped = relay.transform.InferType()(
         tvm.IRModule.from_expr(relay.Function([x], relay.Tuple([relay.multiply(c0, c0), x])))
     )
     _, stripped_below, foldable = _facts(STOCK(stripped))
-    assert before_below == Counter({"multiply": 1}) and stripped_below == Counter() and foldable == []
+    assert (
+        before_below == Counter({"multiply": 1}) and stripped_below == Counter() and foldable == []
+    )

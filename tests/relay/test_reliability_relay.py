@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import tvm
 from relay_ir import op_calls
+from support.reliability import check_concurrent_like_sequential
 from tvm import relay
 
 import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Reason
 from fold_guard.relay import _evaluate
-from support.reliability import check_concurrent_like_sequential
 
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)
@@ -60,11 +60,13 @@ def test_functions_of_the_wrong_type_are_refused(functions):
 def test_primitive_functions_are_left_as_stock_leaves_them():
     """Stock never folds inside a global function with the ``Primitive`` attribute; ours did.
 
-        @fused (Primitive=1): add(p, exp(A))   ==> unchanged (stock skips it)
-        @main:                 add(x, exp(A))   ==> add(x, <const>)
+    @fused (Primitive=1): add(p, exp(A))   ==> unchanged (stock skips it)
+    @main:                 add(x, exp(A))   ==> add(x, <const>)
     """
     p = _x("p")
-    fused = relay.Function([p], relay.add(p, relay.exp(relay.const(A)))).with_attr("Primitive", tvm.tir.IntImm("int32", 1))
+    fused = relay.Function([p], relay.add(p, relay.exp(relay.const(A)))).with_attr(
+        "Primitive", tvm.tir.IntImm("int32", 1)
+    )
     mod = tvm.IRModule()
     mod["fused"] = fused
     x = _x()
@@ -91,10 +93,16 @@ def test_annotation_over_a_tuple_is_refused(annotate):
     mod = _split_module(annotate)
     saved = tvm.ir.save_json(mod)
     for entry in (lambda m: fgr.fold(m), lambda m: fgr.plan(m), lambda m: fgr.FoldConstant()(m)):
-        with pytest.raises(fold_guard.UnsupportedIRError, match=r"function main: %\d+ = fold_(barrier|allow) annotates tensors only, but its operand is a TupleType"):
+        with pytest.raises(
+            fold_guard.UnsupportedIRError,
+            match=r"function main: %\d+ = fold_(barrier|allow) annotates tensors only, but its operand is a TupleType",
+        ):
             entry(mod)
     assert tvm.ir.save_json(mod) == saved
-    with pytest.raises(fold_guard.UnsupportedIRError, match=r"annotates tensors only, got a relay.Tuple of 2 fields"):
+    with pytest.raises(
+        fold_guard.UnsupportedIRError,
+        match=r"annotates tensors only, got a relay.Tuple of 2 fields",
+    ):
         annotate(relay.Tuple([relay.const(A), relay.const(A)]))
 
 
@@ -111,14 +119,20 @@ def test_python_exception_from_a_kernel_is_an_evaluation_failure(monkeypatch):
 
     monkeypatch.setattr(_evaluate, "_run", run)
     x = _x()
-    mod = tvm.IRModule.from_expr(relay.Function([x], relay.add(relay.add(x, relay.exp(relay.const(A))), relay.negative(relay.const(A)))))
+    mod = tvm.IRModule.from_expr(
+        relay.Function(
+            [x], relay.add(relay.add(x, relay.exp(relay.const(A))), relay.negative(relay.const(A)))
+        )
+    )
     result = fgr.fold(mod)
     reasons = {d.op: d.reason for d in result.plan.decisions}
     assert reasons["exp"] is Reason.EVAL_FAILED and reasons["negative"] is Reason.FOLDED
     (exp,) = [d for d in result.plan.decisions if d.op == "exp"]
     assert "TypeError: a kernel's Python callback failed" in exp.detail
     assert len(op_calls(result.mod, "exp")) == 1 and not op_calls(result.mod, "negative")
-    with pytest.raises(fold_guard.FoldNotPossibleError, match=r"evaluating %\d+ = exp failed: TypeError") as info:
+    with pytest.raises(
+        fold_guard.FoldNotPossibleError, match=r"evaluating %\d+ = exp failed: TypeError"
+    ) as info:
         fgr.fold(mod, strict=True)
     assert isinstance(info.value.__cause__, TypeError)
 
@@ -152,7 +166,10 @@ def test_raising_policy_rule_names_policy_rule_and_call():
     x = _x()
     mod = tvm.IRModule.from_expr(relay.Function([x], relay.add(x, relay.exp(relay.const(A)))))
     for entry in (lambda m: fgr.fold(m, policy=policy), lambda m: fgr.plan(m, policy)):
-        with pytest.raises(fold_guard.PolicyRuleError, match=r"policy 'my-npu', rule 'keep-exp', on main: %\d+ = exp: the predicate raised ZeroDivisionError"):
+        with pytest.raises(
+            fold_guard.PolicyRuleError,
+            match=r"policy 'my-npu', rule 'keep-exp', on main: %\d+ = exp: the predicate raised ZeroDivisionError",
+        ):
             entry(mod)
 
 

@@ -17,15 +17,13 @@ from typing import Dict, List
 import numpy as np
 import pytest
 import tvm
+from _common import onnx_models, relay_byoc
+from relay_ir import op_calls
+from support import tflite_models
 from tvm import relay
 from tvm.contrib import graph_executor
 
 import fold_guard.relay as fgr
-from _common import onnx_models, relay_byoc
-from support import tflite_models
-
-from relay_ir import op_calls
-
 
 # Every test here imports, builds or runs whole models (seconds each): full lane only.
 pytestmark = pytest.mark.slow
@@ -42,10 +40,14 @@ def mod(model: tflite_models.QuantizedTFLiteModel) -> tvm.IRModule:
 
 
 def qnn_counts(mod: tvm.IRModule) -> Dict[str, int]:
-    return dict(Counter(call.op.name for call in op_calls(mod["main"]) if call.op.name.startswith("qnn.")))
+    return dict(
+        Counter(call.op.name for call in op_calls(mod["main"]) if call.op.name.startswith("qnn."))
+    )
 
 
-def test_the_builder_is_deterministic_and_writes_a_tflite_file(model: tflite_models.QuantizedTFLiteModel) -> None:
+def test_the_builder_is_deterministic_and_writes_a_tflite_file(
+    model: tflite_models.QuantizedTFLiteModel,
+) -> None:
     assert model.buffer[4:8] == b"TFL3"
     assert tflite_models.make_quantized_tflite_model(0).buffer == model.buffer
     assert tflite_models.make_quantized_tflite_model(1).buffer != model.buffer
@@ -64,11 +66,15 @@ def test_import_gives_quantized_ops_with_int8_constant_weights(
     conv, dense = relay_byoc.quantized_calls(mod["main"])
     assert relay_byoc.has_int8_constant_weight(conv) and relay_byoc.has_int8_constant_weight(dense)
     # The frontend transposed the OHWI kernel to HWIO in NumPy: the same int8 values, no op left.
-    np.testing.assert_array_equal(conv.args[1].data.numpy(), model.conv_weight.transpose(1, 2, 3, 0))
+    np.testing.assert_array_equal(
+        conv.args[1].data.numpy(), model.conv_weight.transpose(1, 2, 3, 0)
+    )
     np.testing.assert_array_equal(dense.args[1].data.numpy(), model.fc_weight)
     (quantize,) = _calls(mod, "qnn.quantize")
     (dequantize,) = _calls(mod, "qnn.dequantize")
-    assert isinstance(quantize.args[0], relay.Var) and not isinstance(dequantize.args[0], relay.Constant)
+    assert isinstance(quantize.args[0], relay.Var) and not isinstance(
+        dequantize.args[0], relay.Constant
+    )
 
 
 def _calls(mod: tvm.IRModule, op_name: str) -> List[relay.Call]:
@@ -89,7 +95,9 @@ def test_nothing_is_left_to_fold_or_annotate(mod: tvm.IRModule) -> None:
 
 def test_the_backend_offloads_every_quantized_op_without_folding(mod: tvm.IRModule) -> None:
     partitioned = relay_byoc.partition_for_qnn_npu(mod)
-    assert relay_byoc.count_offloaded(partitioned) == relay_byoc.Offload(total=2, offloaded=2, int8_weights=2)
+    assert relay_byoc.count_offloaded(partitioned) == relay_byoc.Offload(
+        total=2, offloaded=2, int8_weights=2
+    )
 
 
 @pytest.mark.slow
@@ -108,11 +116,15 @@ def test_the_import_runs_like_the_integer_reference(
         out = runner.get_output(0).numpy()
         assert out.shape == tflite_models.OUTPUT_SHAPE
         # TVM rescales in fixed point, the reference in float64: at most one output step apart.
-        np.testing.assert_allclose(out, tflite_models.reference_output(model, x), rtol=0, atol=step * (1 + 1e-5))
+        np.testing.assert_allclose(
+            out, tflite_models.reference_output(model, x), rtol=0, atol=step * (1 + 1e-5)
+        )
 
 
 @pytest.mark.parametrize("policy", ["qdq-accelerator", "weights-only", "fold-qnn"])
-def test_annotate_binds_the_frontend_params_and_places_nothing(model: tflite_models.QuantizedTFLiteModel, policy: str) -> None:
+def test_annotate_binds_the_frontend_params_and_places_nothing(
+    model: tflite_models.QuantizedTFLiteModel, policy: str
+) -> None:
     """The frontend annotation helper on a raw ``from_tflite`` result: params bound, nothing to mark."""
     import tflite
 
@@ -125,4 +137,6 @@ def test_annotate_binds_the_frontend_params_and_places_nothing(model: tflite_mod
     annotated = fgr.annotate(raw, params=params, policy=policy)
     assert annotated.placed == ()
     # a fresh import: stock FoldConstant(fold_qnn=True) above rewrote the fixture's requantize attrs
-    tvm.ir.assert_structural_equal(annotated.mod, tflite_models.import_tflite_relay(model), map_free_vars=True)
+    tvm.ir.assert_structural_equal(
+        annotated.mod, tflite_models.import_tflite_relay(model), map_free_vars=True
+    )

@@ -14,7 +14,13 @@ import tvm
 
 from fold_guard import Action, FoldPolicy, Rule, policy_registry_scope, register_policy
 
-__all__ = ["Kind", "check_kind", "check_concurrent_like_sequential", "keep_exp_policy", "register_twice"]
+__all__ = [
+    "Kind",
+    "check_concurrent_like_sequential",
+    "check_kind",
+    "keep_exp_policy",
+    "register_twice",
+]
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,9 @@ class Kind:
 
 def keep_exp_policy(predicate: Callable[[Any], Any]) -> FoldPolicy:
     """A backend's policy ``my-npu`` with one rule ``keep-exp`` whose predicate is ``predicate``."""
-    return FoldPolicy("my-npu", "a backend's policy", (Rule("keep-exp", Action.KEEP, "exp stays", predicate),))
+    return FoldPolicy(
+        "my-npu", "a backend's policy", (Rule("keep-exp", Action.KEEP, "exp stays", predicate),)
+    )
 
 
 def register_twice(_mod: object = None) -> None:

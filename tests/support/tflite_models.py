@@ -71,7 +71,7 @@ class _Quant:
     axis: int = 0
 
     @staticmethod
-    def of(scale: Sequence[float], zero_point: Sequence[int], axis: int = 0) -> "_Quant":
+    def of(scale: Sequence[float], zero_point: Sequence[int], axis: int = 0) -> _Quant:
         return _Quant(np.asarray(scale, np.float32), np.asarray(zero_point, np.int64), axis)
 
 
@@ -112,12 +112,16 @@ def _conv_nhwc_same(x: np.ndarray, w_ohwi: np.ndarray) -> np.ndarray:
     out = np.zeros((n, h, w, w_ohwi.shape[0]), dtype=np.result_type(x.dtype, w_ohwi.dtype))
     for i in range(kh):
         for j in range(kw):
-            out += np.einsum("nhwc,oc->nhwo", padded[:, i : i + h, j : j + w, :], w_ohwi[:, i, j, :])
+            out += np.einsum(
+                "nhwc,oc->nhwo", padded[:, i : i + h, j : j + w, :], w_ohwi[:, i, j, :]
+            )
     return out
 
 
 def _requantize(acc: np.ndarray, real_scale: np.ndarray, out: _Quant, relu: bool) -> np.ndarray:
-    rounded = _round_half_away(acc.astype(np.float64) * real_scale / float(out.scale.item())) + int(out.zero_point.item())
+    rounded = _round_half_away(acc.astype(np.float64) * real_scale / float(out.scale.item())) + int(
+        out.zero_point.item()
+    )
     low = int(out.zero_point.item()) if relu else _INT8_MIN
     return np.clip(rounded, low, _INT8_MAX).astype(np.int8)
 
@@ -155,7 +159,9 @@ def make_quantized_tflite_model(seed: int = 0) -> QuantizedTFLiteModel:
     """
     rng = np.random.default_rng(seed)
     cin = INPUT_SHAPE[3]
-    w_conv = (rng.standard_normal((CONV_CHANNELS, 3, 3, cin)) * np.sqrt(2.0 / (9 * cin))).astype(np.float32)
+    w_conv = (rng.standard_normal((CONV_CHANNELS, 3, 3, cin)) * np.sqrt(2.0 / (9 * cin))).astype(
+        np.float32
+    )
     b_conv = (rng.standard_normal(CONV_CHANNELS) * 0.1).astype(np.float32)
     fc_in = int(np.prod(INPUT_SHAPE[1:3])) * CONV_CHANNELS
     w_fc = (rng.standard_normal((OUTPUT_SHAPE[1], fc_in)) * np.sqrt(1.0 / fc_in)).astype(np.float32)
@@ -163,7 +169,9 @@ def make_quantized_tflite_model(seed: int = 0) -> QuantizedTFLiteModel:
     calibration = rng.standard_normal((8,) + INPUT_SHAPE[1:]).astype(np.float32)
 
     # Calibrate activation ranges on the float model, as post-training quantization does.
-    conv_float = np.maximum(_conv_nhwc_same(calibration.astype(np.float64), w_conv.astype(np.float64)) + b_conv, 0)
+    conv_float = np.maximum(
+        _conv_nhwc_same(calibration.astype(np.float64), w_conv.astype(np.float64)) + b_conv, 0
+    )
     fc_float = conv_float.reshape(len(calibration), -1) @ w_fc.T.astype(np.float64) + b_fc
     input_q = _asymmetric(float(calibration.min()), float(calibration.max()))
     conv_out_q = _asymmetric(0.0, float(conv_float.max()))
@@ -179,10 +187,27 @@ def make_quantized_tflite_model(seed: int = 0) -> QuantizedTFLiteModel:
     fc_bias = np.round(b_fc / (conv_out_q.scale * fc_weight_q.scale)).astype(np.int32)
 
     buffer = _serialize(
-        input_q, conv_weight, conv_weight_q, conv_bias, conv_out_q, fc_weight, fc_weight_q, fc_bias, output_q
+        input_q,
+        conv_weight,
+        conv_weight_q,
+        conv_bias,
+        conv_out_q,
+        fc_weight,
+        fc_weight_q,
+        fc_bias,
+        output_q,
     )
     return QuantizedTFLiteModel(
-        buffer, input_q, conv_weight, conv_weight_q, conv_bias, conv_out_q, fc_weight, fc_weight_q, fc_bias, output_q
+        buffer,
+        input_q,
+        conv_weight,
+        conv_weight_q,
+        conv_bias,
+        conv_out_q,
+        fc_weight,
+        fc_weight_q,
+        fc_bias,
+        output_q,
     )
 
 
@@ -197,11 +222,19 @@ def reference_output(model: QuantizedTFLiteModel, x: np.ndarray) -> np.ndarray:
     """
     x_q = _quantize(x, model.input_q).astype(np.int64) - int(model.input_q.zero_point.item())
     acc = _conv_nhwc_same(x_q, model.conv_weight.astype(np.int64)) + model.conv_bias
-    conv = _requantize(acc, model.input_q.scale * model.conv_weight_q.scale, model.conv_out_q, relu=True)
-    flat = conv.reshape(conv.shape[0], -1).astype(np.int64) - int(model.conv_out_q.zero_point.item())
+    conv = _requantize(
+        acc, model.input_q.scale * model.conv_weight_q.scale, model.conv_out_q, relu=True
+    )
+    flat = conv.reshape(conv.shape[0], -1).astype(np.int64) - int(
+        model.conv_out_q.zero_point.item()
+    )
     acc = flat @ model.fc_weight.astype(np.int64).T + model.fc_bias
-    out = _requantize(acc, model.conv_out_q.scale * model.fc_weight_q.scale, model.output_q, relu=False)
-    return ((out.astype(np.float32) - float(model.output_q.zero_point.item())) * model.output_q.scale).astype(np.float32)
+    out = _requantize(
+        acc, model.conv_out_q.scale * model.fc_weight_q.scale, model.output_q, relu=False
+    )
+    return (
+        (out.astype(np.float32) - float(model.output_q.zero_point.item())) * model.output_q.scale
+    ).astype(np.float32)
 
 
 def import_tflite_relay(model: QuantizedTFLiteModel) -> Any:
@@ -241,8 +274,12 @@ def _serialize(
     import tflite
 
     builder = flatbuffers.Builder(4096)
-    model_t, subgraph_t, tensor_t, buffer_t = (_schema(n) for n in ("Model", "SubGraph", "Tensor", "Buffer"))
-    quant_t, operator_t, opcode_t = (_schema(n) for n in ("QuantizationParameters", "Operator", "OperatorCode"))
+    model_t, subgraph_t, tensor_t, buffer_t = (
+        _schema(n) for n in ("Model", "SubGraph", "Tensor", "Buffer")
+    )
+    quant_t, operator_t, opcode_t = (
+        _schema(n) for n in ("QuantizationParameters", "Operator", "OperatorCode")
+    )
     T = tflite.TensorType
 
     def vector(start: Any, values: Sequence[Any], prepend: Any) -> int:
@@ -258,7 +295,13 @@ def _serialize(
         return vector(start, list(values), builder.PrependUOffsetTRelative)
 
     # Buffers: 0 is the empty buffer every activation tensor refers to (TFLite's convention).
-    buffer_data: List[bytes] = [b"", conv_weight.tobytes(), conv_bias.tobytes(), fc_weight.tobytes(), fc_bias.tobytes()]
+    buffer_data: List[bytes] = [
+        b"",
+        conv_weight.tobytes(),
+        conv_bias.tobytes(),
+        fc_weight.tobytes(),
+        fc_bias.tobytes(),
+    ]
     buffers = []
     for data in buffer_data:
         data_offset = builder.CreateByteVector(data) if data else None
@@ -268,8 +311,16 @@ def _serialize(
         buffers.append(buffer_t.BufferEnd(builder))
 
     def quantization(q: _Quant) -> int:
-        scale = vector(quant_t.QuantizationParametersStartScaleVector, [float(s) for s in q.scale], builder.PrependFloat32)
-        zero = vector(quant_t.QuantizationParametersStartZeroPointVector, [int(z) for z in q.zero_point], builder.PrependInt64)
+        scale = vector(
+            quant_t.QuantizationParametersStartScaleVector,
+            [float(s) for s in q.scale],
+            builder.PrependFloat32,
+        )
+        zero = vector(
+            quant_t.QuantizationParametersStartZeroPointVector,
+            [int(z) for z in q.zero_point],
+            builder.PrependInt64,
+        )
         quant_t.QuantizationParametersStart(builder)
         quant_t.QuantizationParametersAddScale(builder, scale)
         quant_t.QuantizationParametersAddZeroPoint(builder, zero)
@@ -283,11 +334,23 @@ def _serialize(
         (INPUT_NAME, INPUT_SHAPE, T.FLOAT32, 0, None),  # 0
         ("input_int8", INPUT_SHAPE, T.INT8, 0, input_q),  # 1
         ("conv/weight", conv_weight.shape, T.INT8, 1, conv_weight_q),  # 2
-        ("conv/bias", conv_bias.shape, T.INT32, 2, _Quant(input_q.scale * conv_weight_q.scale, np.zeros(conv_bias.size, np.int64))),  # 3
+        (
+            "conv/bias",
+            conv_bias.shape,
+            T.INT32,
+            2,
+            _Quant(input_q.scale * conv_weight_q.scale, np.zeros(conv_bias.size, np.int64)),
+        ),  # 3
         ("conv", conv_shape, T.INT8, 0, conv_out_q),  # 4
         ("flatten", (1, fc_in), T.INT8, 0, conv_out_q),  # 5
         ("fc/weight", fc_weight.shape, T.INT8, 3, fc_weight_q),  # 6
-        ("fc/bias", fc_bias.shape, T.INT32, 4, _Quant(conv_out_q.scale * fc_weight_q.scale, np.zeros(1, np.int64))),  # 7
+        (
+            "fc/bias",
+            fc_bias.shape,
+            T.INT32,
+            4,
+            _Quant(conv_out_q.scale * fc_weight_q.scale, np.zeros(1, np.int64)),
+        ),  # 7
         ("fc", OUTPUT_SHAPE, T.INT8, 0, output_q),  # 8
         ("output", OUTPUT_SHAPE, T.FLOAT32, 0, None),  # 9
         ("flatten/shape", (2,), T.INT32, 5, None),  # 10: RESHAPE's shape input
@@ -313,8 +376,13 @@ def _serialize(
             tensor_t.TensorAddQuantization(builder, q_offset)
         tensors.append(tensor_t.TensorEnd(builder))
 
-    codes = [tflite.BuiltinOperator.QUANTIZE, tflite.BuiltinOperator.CONV_2D, tflite.BuiltinOperator.RESHAPE,
-             tflite.BuiltinOperator.FULLY_CONNECTED, tflite.BuiltinOperator.DEQUANTIZE]
+    codes = [
+        tflite.BuiltinOperator.QUANTIZE,
+        tflite.BuiltinOperator.CONV_2D,
+        tflite.BuiltinOperator.RESHAPE,
+        tflite.BuiltinOperator.FULLY_CONNECTED,
+        tflite.BuiltinOperator.DEQUANTIZE,
+    ]
     opcodes = []
     for code in codes:
         opcode_t.OperatorCodeStart(builder)
@@ -331,10 +399,14 @@ def _serialize(
     conv_options_t.Conv2DOptionsAddStrideH(builder, 1)
     conv_options_t.Conv2DOptionsAddDilationWFactor(builder, 1)
     conv_options_t.Conv2DOptionsAddDilationHFactor(builder, 1)
-    conv_options_t.Conv2DOptionsAddFusedActivationFunction(builder, tflite.ActivationFunctionType.RELU)
+    conv_options_t.Conv2DOptionsAddFusedActivationFunction(
+        builder, tflite.ActivationFunctionType.RELU
+    )
     conv_options = conv_options_t.Conv2DOptionsEnd(builder)
     fc_options_t.FullyConnectedOptionsStart(builder)
-    fc_options_t.FullyConnectedOptionsAddFusedActivationFunction(builder, tflite.ActivationFunctionType.NONE)
+    fc_options_t.FullyConnectedOptionsAddFusedActivationFunction(
+        builder, tflite.ActivationFunctionType.NONE
+    )
     fc_options = fc_options_t.FullyConnectedOptionsEnd(builder)
     # (opcode index, inputs, outputs, options type, options)
     operator_specs = [
@@ -382,4 +454,3 @@ def _serialize(
     model_t.ModelAddBuffers(builder, buffers_offset)
     builder.Finish(model_t.ModelEnd(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
-
