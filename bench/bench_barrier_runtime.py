@@ -86,8 +86,10 @@ def main() -> int:
     )
     options = parser.parse_args()
 
-    print(f"{'model':<18} {'variant':<9} {'us/run':>9} {'vs plain':>9} {'vs stock':>9} "
-          f"{'storage B':>10} {'views':>6}  output")  # fmt: skip
+    print(
+        f"{'model':<18} {'variant':<9} {'us/run':>9} {'vs plain':>9} {'vs stock':>9} "
+        f"{'storage B':>10} {'views':>6}  output"
+    )
     failed = False
     for name, make in MODELS.items():
         model = make(float_weights=True)
@@ -111,8 +113,10 @@ def main() -> int:
             verdict = "bit-identical to plain" if label == "barriers" and same else ""
             if label == "barriers" and not same:
                 verdict = "DIFFERENT from plain"
-            print(f"{name:<18} {label:<9} {result['seconds'] * 1e6:>9.1f} {ratio_plain:>8.2f}x {ratio_stock:>8.2f}x "
-                  f"{result['storage']:>10} {result['views']:>6}  {verdict}")  # fmt: skip
+            print(
+                f"{name:<18} {label:<9} {result['seconds'] * 1e6:>9.1f} {ratio_plain:>8.2f}x {ratio_stock:>8.2f}x "
+                f"{result['storage']:>10} {result['views']:>6}  {verdict}"
+            )
     return 1 if failed else 0
 
 

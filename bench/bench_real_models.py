@@ -120,10 +120,13 @@ def print_tables(rows: List[Row]) -> None:
     uncached = all("uncached" in best for *_, best, _ in rows)
     mib = lambda kib: kib / 1024.0  # noqa: E731
     print()
-    print("| model | form | layers | fp32 weights MiB | folded calls | stock s | cold s | stock/cold "
-          "| warm s | stock/warm " + ("| no-cache s | stock/no-cache " if uncached else "")
-          + "| kernels compiled cold / cached warm | peak MiB stock / cold / warm | Δ MiB stock / cold / warm "
-          "| equal? |")  # fmt: skip
+    print(
+        "| model | form | layers | fp32 weights MiB | folded calls | stock s | cold s | stock/cold "
+        "| warm s | stock/warm "
+        + ("| no-cache s | stock/no-cache " if uncached else "")
+        + "| kernels compiled cold / cached warm | peak MiB stock / cold / warm | Δ MiB stock / cold / warm "
+        "| equal? |"
+    )
     print(
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         + ("---:|---:|" if uncached else "")
@@ -151,8 +154,11 @@ def print_tables(rows: List[Row]) -> None:
         for impl in ("cold", "warm", "uncached"):
             if impl in best:
                 steps = best[impl]["steps"]
-                print(f"| {model} | {form} | {impl} | "
-                      + " | ".join(f"{steps.get(k, float('nan')):.3f}" for k in STEPS) + " |")  # fmt: skip
+                print(
+                    f"| {model} | {form} | {impl} | "
+                    + " | ".join(f"{steps.get(k, float('nan')):.3f}" for k in STEPS)
+                    + " |"
+                )
 
 
 def main(argv=None) -> int:

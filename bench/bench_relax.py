@@ -159,8 +159,15 @@ def worker(args) -> int:
 
 
 def run_one(model, regime, blocks, impl, out_path, policy, cache):
-    options = {"model": model, "regime": regime, "n": blocks, "impl": impl, "out": out_path, "policy": policy,
-               "cache": cache}  # fmt: skip
+    options = {
+        "model": model,
+        "regime": regime,
+        "n": blocks,
+        "impl": impl,
+        "out": out_path,
+        "policy": policy,
+        "cache": cache,
+    }
     return run_worker(os.path.abspath(__file__), options)
 
 

@@ -104,8 +104,14 @@ class _Graph:
             "conv_w", (cout, cin // groups, kernel, kernel), cin // groups * kernel * kernel
         )
         pad = kernel // 2
-        return self.node("Conv", [x, w, self.bias("conv_b", cout)], kernel_shape=[kernel, kernel],
-                         strides=[stride, stride], pads=[pad] * 4, group=groups)  # fmt: skip
+        return self.node(
+            "Conv",
+            [x, w, self.bias("conv_b", cout)],
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+            group=groups,
+        )
 
     def act(self, x: str, kind: str) -> str:
         if kind == "relu":
@@ -169,8 +175,13 @@ class _Graph:
         x = self.layer_norm(self.node("Add", [x, self.attention(x, seq, width, heads)]), width)
         return self.layer_norm(self.node("Add", [x, self.mlp(x, width, hidden)]), width)
 
-    def finish(self, name: str, inputs: Dict[str, Tuple[Tuple[int, ...], int]], output: str,
-               output_shape: Tuple[int, ...]) -> onnx.ModelProto:  # fmt: skip
+    def finish(
+        self,
+        name: str,
+        inputs: Dict[str, Tuple[Tuple[int, ...], int]],
+        output: str,
+        output_shape: Tuple[int, ...],
+    ) -> onnx.ModelProto:
         import onnx
         from onnx import TensorProto, helper
 
@@ -215,10 +226,24 @@ def _resnet50(g: _Graph) -> onnx.ModelProto:
 
 
 #: (expansion, kernel, first stride, channels, repeats) of each stage of torchvision's models.
-_MOBILENET_V2_STAGES = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 3, 2, 32, 3), (6, 3, 2, 64, 4),
-                        (6, 3, 1, 96, 3), (6, 3, 2, 160, 3), (6, 3, 1, 320, 1))  # fmt: skip
-_EFFICIENTNET_B0_STAGES = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
-                           (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))  # fmt: skip
+_MOBILENET_V2_STAGES = (
+    (1, 3, 1, 16, 1),
+    (6, 3, 2, 24, 2),
+    (6, 3, 2, 32, 3),
+    (6, 3, 2, 64, 4),
+    (6, 3, 1, 96, 3),
+    (6, 3, 2, 160, 3),
+    (6, 3, 1, 320, 1),
+)
+_EFFICIENTNET_B0_STAGES = (
+    (1, 3, 1, 16, 1),
+    (6, 3, 2, 24, 2),
+    (6, 5, 2, 40, 2),
+    (6, 3, 2, 80, 3),
+    (6, 5, 1, 112, 3),
+    (6, 5, 2, 192, 4),
+    (6, 3, 1, 320, 1),
+)
 
 
 def _inverted_residual_net(
@@ -366,8 +391,12 @@ def build_quantized(name: str, form: str, seed: int = 0, *, scale: int = 1) -> o
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     rng = np.random.default_rng((seed, 1))
     calibration = [MODELS[name].feed(rng, scale) for _ in range(CALIBRATION_SAMPLES)]
-    return _quantize_qdq(build_float(name, seed, scale=scale), calibration, activation_type="uint8",
-                         float_weights=form == "float_weights")  # fmt: skip
+    return _quantize_qdq(
+        build_float(name, seed, scale=scale),
+        calibration,
+        activation_type="uint8",
+        float_weights=form == "float_weights",
+    )
 
 
 def model_stats(float_model: onnx.ModelProto) -> Dict[str, int]:

@@ -108,8 +108,10 @@ def main() -> None:
                 f"{name:<18} {label:<30} {counts['quantize(const)']:>15} {counts['dequantize(int const)']:>21}"
                 f"  {diff:.6f} ({'ok' if ok else 'MISMATCH'})"
             )
-        print(f"{'':<18} annotate placed {len(annotated.barriers)} fold_barrier, "
-              f"{len(annotated.allows)} fold_allow in {annotate_seconds:.2f} s")  # fmt: skip
+        print(
+            f"{'':<18} annotate placed {len(annotated.barriers)} fold_barrier, "
+            f"{len(annotated.allows)} fold_allow in {annotate_seconds:.2f} s"
+        )
     print()
     print("first placements on the last model:")
     print("\n".join(annotated.explain().splitlines()[:4]))

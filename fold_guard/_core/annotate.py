@@ -176,11 +176,18 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
         # only in the annotated module, and the default must not fold the call there either.
         default_would_fold = node.default_fold and node.unfoldable is None
         if kept_by_own_rule and inputs_constant and default_would_fold:
-            placed.append(Placement(
-                Annotation.BARRIER, node.id, node.function, node.label, node.op, decision.rule,
-                operand=0 if node.inputs else None,
-                operand_label=_typed_label(node.inputs[0]) if node.inputs else "",
-            ))  # fmt: skip
+            placed.append(
+                Placement(
+                    Annotation.BARRIER,
+                    node.id,
+                    node.function,
+                    node.label,
+                    node.op,
+                    decision.rule,
+                    operand=0 if node.inputs else None,
+                    operand_label=_typed_label(node.inputs[0]) if node.inputs else "",
+                )
+            )
 
     def in_node_order(placement: Placement) -> Tuple[int, bool]:
         return placement.node, placement.annotation is Annotation.BARRIER

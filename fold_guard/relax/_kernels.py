@@ -479,8 +479,11 @@ class KernelLibrary:
             try:
                 found.update(cache.build(missing))
             except Exception as err:  # noqa: BLE001 - no compiler, unwritable cache, a bad kernel...
-                logger.debug("fold_guard kernel cache: building through the cache failed (%s); "
-                             "building in memory", err)  # fmt: skip
+                logger.debug(
+                    "fold_guard kernel cache: building through the cache failed (%s); "
+                    "building in memory",
+                    err,
+                )
         left: Dict[str, tvm.tirx.PrimFunc] = {}
         for symbol, key in keys.items():
             if key in found:

@@ -74,10 +74,15 @@ def annotate(
         wrap[call] = (
             fold_allow if placement.annotation is Annotation.ALLOW else _guard_first_operand
         )
-    annotated = module_like(analysis.mod, {
-        gvar: substitute_calls(func, wrap) if gvar.name_hint in analysis.lowered.functions else func
-        for gvar, func in analysis.mod.functions.items()
-    })  # fmt: skip
+    annotated = module_like(
+        analysis.mod,
+        {
+            gvar: substitute_calls(func, wrap)
+            if gvar.name_hint in analysis.lowered.functions
+            else func
+            for gvar, func in analysis.mod.functions.items()
+        },
+    )
     return Annotated(relay.transform.InferType()(annotated), placed, analysis.policy.name)
 
 

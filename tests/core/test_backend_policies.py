@@ -32,8 +32,9 @@ def qdq_weight(g: G, kind: str = "relax") -> Tuple[Ref, Ref]:
     """``w_q = quantize(W)``, ``w = dequantize(w_q)`` in ``kind``'s op names; returns (w_q, w)."""
     w = g.const("W", *F32)
     scale = g.const("scale", "float32", ())
-    w_q = g.call(f"{kind}.quantize", w, scale, label="w_q", dtype="int8",
-                 default_fold=kind == "relax")  # fmt: skip
+    w_q = g.call(
+        f"{kind}.quantize", w, scale, label="w_q", dtype="int8", default_fold=kind == "relax"
+    )
     w_dq = g.call(
         f"{kind}.dequantize", w_q, scale, label="w", dtype="float32", default_fold=kind == "relax"
     )
@@ -215,9 +216,22 @@ def apply_placements(
     output_of: Dict[int, int] = {}  # old id -> id of the node consumers now read
 
     def add(node: FoldNode) -> int:
-        nodes.append(FoldNode(len(nodes), node.op, node.label, node.function, node.inputs, node.outputs,
-                              node.attrs, node.annotation, node.unfoldable, node.unfoldable_detail,
-                              node.default_fold, node.default_rule))  # fmt: skip
+        nodes.append(
+            FoldNode(
+                len(nodes),
+                node.op,
+                node.label,
+                node.function,
+                node.inputs,
+                node.outputs,
+                node.attrs,
+                node.annotation,
+                node.unfoldable,
+                node.unfoldable_detail,
+                node.default_fold,
+                node.default_rule,
+            )
+        )
         return len(nodes) - 1
 
     for node in graph.nodes:
@@ -230,17 +244,48 @@ def apply_placements(
         if node.id in barrier_on:
             index = barrier_on[node.id]
             operand = inputs[index]
-            b = add(FoldNode(0, "barrier", f"barrier_{node.label}", node.function, (operand,), (operand.tensor,),
-                             annotation=Annotation.BARRIER))  # fmt: skip
+            b = add(
+                FoldNode(
+                    0,
+                    "barrier",
+                    f"barrier_{node.label}",
+                    node.function,
+                    (operand,),
+                    (operand.tensor,),
+                    annotation=Annotation.BARRIER,
+                )
+            )
             inputs[index] = NodeInput(InputKind.NODE, f"barrier_{node.label}", operand.tensor, b)
-        new_id[node.id] = add(FoldNode(0, node.op, node.label, node.function, tuple(inputs), node.outputs,
-                                       node.attrs, node.annotation, node.unfoldable, node.unfoldable_detail,
-                                       node.default_fold, node.default_rule))  # fmt: skip
+        new_id[node.id] = add(
+            FoldNode(
+                0,
+                node.op,
+                node.label,
+                node.function,
+                tuple(inputs),
+                node.outputs,
+                node.attrs,
+                node.annotation,
+                node.unfoldable,
+                node.unfoldable_detail,
+                node.default_fold,
+                node.default_rule,
+            )
+        )
         output_of[node.id] = new_id[node.id]
         if node.id in allow_on:
             result = NodeInput(InputKind.NODE, node.label, node.outputs[0], new_id[node.id])
-            output_of[node.id] = add(FoldNode(0, "allow", f"allow_{node.label}", node.function, (result,),
-                                              node.outputs[:1], annotation=Annotation.ALLOW))  # fmt: skip
+            output_of[node.id] = add(
+                FoldNode(
+                    0,
+                    "allow",
+                    f"allow_{node.label}",
+                    node.function,
+                    (result,),
+                    node.outputs[:1],
+                    annotation=Annotation.ALLOW,
+                )
+            )
     return FoldGraph(tuple(nodes)), new_id
 
 
@@ -278,10 +323,18 @@ def test_a_call_kept_below_an_allow_root_gets_a_barrier_although_the_default_pla
     x = g.call("relax.tanh", g.const("C"), label="x", default_fold=False)
     g.call("relax.negative", x, label="y")
     graph = g.build()
-    policy = fold_guard.FoldPolicy("p", "", (
-        fold_guard.Rule("fold-tanh", fold_guard.Action.FOLD, "", lambda c: c.op == "relax.tanh"),
-        fold_guard.Rule("keep-negative", fold_guard.Action.KEEP, "", lambda c: c.op == "relax.negative"),
-    ))  # fmt: skip
+    policy = fold_guard.FoldPolicy(
+        "p",
+        "",
+        (
+            fold_guard.Rule(
+                "fold-tanh", fold_guard.Action.FOLD, "", lambda c: c.op == "relax.tanh"
+            ),
+            fold_guard.Rule(
+                "keep-negative", fold_guard.Action.KEEP, "", lambda c: c.op == "relax.negative"
+            ),
+        ),
+    )
     placed = placements(plan_folds(graph, policy), plan_folds(graph, DEFAULT_POLICY))
     assert [(p.annotation, p.label) for p in placed] == [
         (Annotation.ALLOW, "x"),

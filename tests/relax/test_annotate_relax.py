@@ -248,9 +248,20 @@ def test_a_registered_backend_policy_is_accepted_by_annotate():
             return y
 
     with fold_guard.policy_registry_scope():
-        fold_guard.register_policy(fold_guard.FoldPolicy("my-npu", "keep every dequantize", (
-            fold_guard.Rule("keep-dq", fold_guard.Action.KEEP, "", lambda call: call.op == "relax.dequantize"),
-        )))  # fmt: skip
+        fold_guard.register_policy(
+            fold_guard.FoldPolicy(
+                "my-npu",
+                "keep every dequantize",
+                (
+                    fold_guard.Rule(
+                        "keep-dq",
+                        fold_guard.Action.KEEP,
+                        "",
+                        lambda call: call.op == "relax.dequantize",
+                    ),
+                ),
+            )
+        )
         annotated = fgr.annotate(Before, policy="my-npu")
         assert [(p.annotation, p.rule) for p in annotated.placed] == [
             (Annotation.BARRIER, "keep-dq")

@@ -87,12 +87,14 @@ _STEP = st.tuples(
     st.sampled_from(("none", "none", "none", "barrier", "allow")),
 )
 _FUNCTION = st.lists(_STEP, min_size=1, max_size=8)
-_MODULE = st.fixed_dictionaries({
-    "shape": st.tuples(st.sampled_from((0, 1, 2, 3)), st.sampled_from((1, 2, 3))),
-    "seed": st.integers(0, 2**31 - 1),
-    "functions": st.lists(_FUNCTION, min_size=1, max_size=2),
-    "policy": st.sampled_from(POLICIES),
-})  # fmt: skip
+_MODULE = st.fixed_dictionaries(
+    {
+        "shape": st.tuples(st.sampled_from((0, 1, 2, 3)), st.sampled_from((1, 2, 3))),
+        "seed": st.integers(0, 2**31 - 1),
+        "functions": st.lists(_FUNCTION, min_size=1, max_size=2),
+        "policy": st.sampled_from(POLICIES),
+    }
+)
 
 
 class _Built:

@@ -90,8 +90,15 @@ def test_a_fresh_process_finds_the_kernels(tmp_path):
         print(report.kernels_compiled, report.kernels_cached)
         """
     )
-    runs = [subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
-            for _ in range(2)]  # fmt: skip
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        for _ in range(2)
+    ]
     assert [run.stdout.split() for run in runs] == [["3", "0"], ["0", "3"]]
 
 

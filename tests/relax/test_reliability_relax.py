@@ -119,10 +119,12 @@ def _unnormalized_module() -> tvm.IRModule:
     x = relax.Var("x", relax.TensorType((3,), "float32"))
     lv = relax.Var("lv", relax.TensorType((3,), "float32"))
     gv = relax.Var("gv", relax.TensorType((3,), "float32"))
-    block = relax.DataflowBlock([
-        relax.VarBinding(lv, relax.op.exp(relax.const(np.ones(3, "float32")))),
-        relax.VarBinding(gv, relax.op.add(x, lv)),
-    ])  # fmt: skip
+    block = relax.DataflowBlock(
+        [
+            relax.VarBinding(lv, relax.op.exp(relax.const(np.ones(3, "float32")))),
+            relax.VarBinding(gv, relax.op.add(x, lv)),
+        ]
+    )
     func = relax.Function([x], relax.SeqExpr([block], gv), relax.TensorType((3,), "float32"))
     return tvm.IRModule({"main": func})
 

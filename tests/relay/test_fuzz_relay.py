@@ -79,13 +79,15 @@ _STEP = st.tuples(
     st.integers(0, 1 << 16),
     st.sampled_from(("none", "none", "none", "barrier", "allow")),
 )
-_MODULE = st.fixed_dictionaries({
-    "shape": st.tuples(st.sampled_from((0, 1, 2, 3)), st.sampled_from((1, 2, 3))),
-    "seed": st.integers(0, 2**31 - 1),
-    "steps": st.lists(_STEP, min_size=1, max_size=8),
-    "let": st.booleans(),
-    "policy": st.sampled_from(POLICIES),
-})  # fmt: skip
+_MODULE = st.fixed_dictionaries(
+    {
+        "shape": st.tuples(st.sampled_from((0, 1, 2, 3)), st.sampled_from((1, 2, 3))),
+        "seed": st.integers(0, 2**31 - 1),
+        "steps": st.lists(_STEP, min_size=1, max_size=8),
+        "let": st.booleans(),
+        "policy": st.sampled_from(POLICIES),
+    }
+)
 
 
 def _qnn_tail(acc: relay.Expr, scale: float) -> relay.Expr:
@@ -141,10 +143,12 @@ def build(spec: dict, *, annotate: bool) -> tvm.IRModule:
         elif kind == "creation":
             which = second % 3
             value = (
-                relay.zeros((rows, cols), "float32") if which == 0
-                else relay.ones((rows, cols), "float32") if which == 1
+                relay.zeros((rows, cols), "float32")
+                if which == 0
+                else relay.ones((rows, cols), "float32")
+                if which == 1
                 else relay.full(relay.const(np.float32(1.5)), (rows, cols), "float32")
-            )  # fmt: skip
+            )
             down = False
         elif kind in ("qdq", "qdq_axis"):
             per_axis = kind == "qdq_axis"
