@@ -53,7 +53,7 @@ def evaluate_until_stable(
     what that plan needs (compile its kernels) before the first evaluation. Returns the final
     plan and every failure, old and new.
 
-    >>> from fold_guard._core.graph import FoldNode, NodeInput, TensorInfo
+    >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
     >>> from fold_guard._core.policy import DEFAULT_POLICY
     >>> t = TensorInfo.of("float32", (4,))
     >>> a = FoldNode(0, "exp", "a", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,))

@@ -204,7 +204,7 @@ def summarize(
 
     Examples
     --------
-    >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput
+    >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput
     >>> from fold_guard._core.planner import plan_folds
     >>> from fold_guard._core.policy import DEFAULT_POLICY
     >>> t = TensorInfo.of("float32", (4,))
@@ -303,7 +303,7 @@ def _names(names: Sequence[str]) -> str:
 def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: bool = False) -> str:
     """The grouped text of :func:`summarize`'s ``summary`` of ``plan``; ``verbose`` adds every decision.
 
-    >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput
+    >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput
     >>> from fold_guard._core.planner import plan_folds
     >>> from fold_guard._core.policy import DEFAULT_POLICY
     >>> t = TensorInfo.of("float32", (4,))
