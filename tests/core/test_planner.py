@@ -127,6 +127,23 @@ def test_not_constant_node_input_is_preferred_over_policy_keep():
     assert decision(plan, "z").detail == "input y is not constant"
 
 
+@pytest.mark.parametrize("barrier_first", [True, False], ids=["barrier-first", "barrier-second"])
+def test_barrier_is_the_reported_cause_over_a_policy_keep(barrier_first):
+    """A barrier outranks a policy keep as the cause, whatever its position.
+
+    b = barrier(c0); k = dequantize(c_i8); z = add(b, k)   ==>   z: kept by barrier (input b)
+    """
+    g = G()
+    c0, ci8 = g.const("c0"), g.const("ci8", "int8")
+    b = g.barrier(c0, label="b")
+    k = g.call("relax.dequantize", ci8, label="k", dtype="float32")
+    g.call("relax.add", *((b, k) if barrier_first else (k, b)), label="z")
+    plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
+    assert summary(plan)["k"] == f"KEPT_BY_POLICY {KEEP_DQ_RULE}"
+    assert summary(plan)["z"] == f"KEPT_BY_BARRIER {BARRIER_RULE}"
+    assert decision(plan, "z").detail == "input b is downstream of barrier b"
+
+
 # Barriers --------------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from fold_guard._core import (
     compose,
     get_policy,
     list_policies,
+    memory_budget,
     plan_folds,
     policy_registry_scope,
     register_policy,
@@ -321,6 +322,21 @@ def test_compose_falls_through_to_later_policies():
     policy = compose(keep_ops("relax.add"), fold_ops("relax.exp"))
     assert policy.decide(call)[1].name == "fold-ops"
     assert compose(keep_ops("relax.add")).decide(call) is None
+
+
+@pytest.mark.parametrize("tight_first", [True, False], ids=["tight-first", "tight-second"])
+def test_compose_keeps_the_tightest_budget(tight_first):
+    """Each policy's budget is a limit, never a permission: composing two keeps the smaller.
+
+    e = exp(c)   (16 bytes)   under budgets of 8 and 1024 bytes, either order   ==>   e: over budget
+    """
+    budgets = (memory_budget(8), memory_budget(1024))
+    composed = compose(*(budgets if tight_first else budgets[::-1]))
+    assert composed.max_fold_bytes == 8
+    g = G()
+    g.call("relax.exp", g.const("c"), label="e")
+    plan = plan_folds(g.build(), composed)
+    assert summary(plan) == {"e": "OVER_BUDGET max_fold_bytes"}
 
 
 def test_compose_names():
