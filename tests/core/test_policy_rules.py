@@ -1,8 +1,8 @@
 """Policy rules that misbehave get a clear PolicyRuleError naming the policy, the rule and the call.
 
-A rule's predicate is user code run once per constant call, deep inside a pass; before issue 11
-its failures escaped raw (``ZeroDivisionError``), a truthy non-bool (``"no"``) silently matched,
-an ndarray leaked NumPy's ``ValueError``, and ``size_guard('2')`` leaked a ``TypeError``.
+A rule's predicate is user code run once per constant call, deep inside a pass. Unguarded, its
+failures escape raw (``ZeroDivisionError``), a truthy non-bool (``"no"``) silently matches, an
+ndarray leaks NumPy's ``ValueError``, and ``size_guard('2')`` leaks a ``TypeError``.
 """
 
 from __future__ import annotations

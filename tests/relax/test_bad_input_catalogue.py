@@ -1,10 +1,10 @@
-"""The catalogue of bad and unusual input (issue 11, guarantee 6), one parametrised test.
+"""The catalogue of bad and unusual input (RFC.md, guarantee 6), one parametrised test.
 
 Every kind either raises a fold_guard error of the stated class whose message names the
 offending expression or argument, or (unusual but valid input: NaN, every dtype) folds as the
 stock pass folds it, or keeps the call with a reason where stock itself fails. In every case the
 caller's module is byte-for-byte what it was (``tvm.ir.save_json`` before and after). RFC.md
-("Bad input") has the same catalogue as a table.
+("Errors and bad input") has it as a condensed table.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fuzzing random well-formed Relax modules against the stock pass (issue 11).
+"""Fuzzing random well-formed Relax modules against the stock pass (RFC.md, guarantees 1 to 4).
 
 A module is one or two functions over a run-time input ``x`` of a random 2-D shape (zero-size and
 size-1 dims included), built from random steps over a pool of same-shaped values (constants,

@@ -1,4 +1,4 @@
-"""Reliability defects found by a hostile-input session (issue 11), one regression test each.
+"""Reliability defects found by a hostile-input review, one regression test each.
 
 Each test failed on the code before its fix: the fix is named in the test's docstring.
 """

@@ -1,9 +1,9 @@
-"""The catalogue of bad and unusual input on Relay (issue 11, guarantee 6), one parametrised test.
+"""The catalogue of bad and unusual input on Relay (RFC.md, guarantee 6), one parametrised test.
 
 As ``tests/relax/test_bad_input_catalogue.py``: each kind raises a fold_guard error of the
 stated class whose message names the offending expression or argument, or (valid but unusual
 input) folds as the stock pass folds it; the caller's module is byte-for-byte unchanged.
-RFC.md ("Bad input") has the table.
+RFC.md ("Errors and bad input") has it as a condensed table.
 """
 
 from __future__ import annotations

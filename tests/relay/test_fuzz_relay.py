@@ -1,4 +1,4 @@
-"""Fuzzing random well-formed Relay modules against the stock pass (issue 11).
+"""Fuzzing random well-formed Relay modules against the stock pass (RFC.md, guarantees 1 to 4).
 
 A module is ``main(x)`` over a random 2-D shape (zero-size and size-1 dims included), in graph
 form or let-bound (``ToANormalForm``), built from random steps over a pool of same-shaped values::

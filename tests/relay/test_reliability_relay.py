@@ -1,4 +1,4 @@
-"""Reliability defects of the Relay adapter found by a hostile-input session (issue 11).
+"""Reliability defects of the Relay adapter found by a hostile-input review.
 
 Each test failed on the code before its fix; the docstring says what broke.
 """

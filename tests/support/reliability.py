@@ -1,5 +1,5 @@
 """Helpers the reliability tests of both IRs share: the bad-input catalogue runner and the
-concurrency check (issue 11). They use only ``tvm.ir`` and the standard library, so they run on
+concurrency check. They use only ``tvm.ir`` and the standard library, so they run on
 any TVM either adapter supports.
 """
 
