@@ -21,7 +21,7 @@ from fold_guard._core import (
     plan_folds,
 )
 from fold_guard._core.annotate import Annotated, Placement, placements
-from fold_guard._core.graph import FoldNode, NodeInput
+from fold_guard._core.graph import FoldNode, NodeInput, TensorInfo
 from fold_guard._core.policy import QDQ_ACCELERATOR_POLICY, WEIGHTS_ONLY_POLICY
 from fold_guard._core.uses import GraphUses
 
@@ -84,6 +84,21 @@ def test_qdq_accelerator_folds_relay_qnn_quantize_of_weights():
 
 def weights_only(graph: FoldGraph) -> Dict[str, str]:
     return summary(plan_folds(graph, WEIGHTS_ONLY_POLICY))
+
+
+def test_weights_only_counts_a_read_of_the_type_as_a_use():
+    """A value whose static type is also read (Relay ``shape_of``) does not end only as a weight.
+
+    w = exp(W); b = fold_barrier(w); conv(x, b); s = shape_of(b) [type of b]; add(x, s)
+    ==>   w kept by weights-only, as when shape_of read b's value
+    """
+    g = G()
+    x = g.runtime("x", *F32)
+    b = g.barrier(g.call("relax.exp", g.const("W", *F32), label="w"), label="b")
+    g.call("relax.nn.conv2d", x, b, label="conv")
+    s = g.call("shape_of", label="s", outputs=[TensorInfo.of("int32", (4,))], type_of=b)
+    g.call("relax.add", x, s, label="y")
+    assert weights_only(g.build())["w"] == "KEPT_BY_POLICY keep-non-weight-constants"
 
 
 def test_weights_only_folds_a_weight_chain_and_keeps_other_constants():
