@@ -11,6 +11,7 @@ from .._core.driver import pending
 from .._core.graph import FoldGraph
 from .._core.planner import FoldPlan, evaluation_error
 from . import _compat
+from ._host import run_host
 from ._kernels import KernelLibrary, KernelSet
 from ._lower import CallSite, SiteKind
 
@@ -52,10 +53,14 @@ def evaluate_plan(
                 node_id, "no kernel was prepared for this call"
             )
             continue
-        outputs = [tvm.runtime.empty(info.shape, info.dtype, device) for info in node.outputs]
-        args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
+        host = kernels.host.get(node_id)
         try:
-            library.function(kernel)(*args, *outputs)
+            if host is not None:
+                outputs = [run_host(host, leaves, node.outputs[0])]
+            else:
+                outputs = [tvm.runtime.empty(i.shape, i.dtype, device) for i in node.outputs]
+                args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
+                library.function(kernel)(*args, *outputs)
         except Exception as err:
             failures[node_id] = f"{type(err).__name__}: {err}".splitlines()[0]
             if strict:

@@ -10,6 +10,8 @@ shape gets one kernel over symbolic shapes, which serves every member whose resu
 reproduces; everything else gets one static kernel per distinct shape. All kernels go into one
 ``IRModule`` built once with ``tvm.tirx.build(..., target="llvm")``; the calls then run in
 topological order, passing tensors directly (destination-passing style, as ``call_tir`` does).
+Calls that only move data (``_host``) are legalized like the others but copied by NumPy, so
+their kernels are never compiled.
 
 Tensor arguments are always passed as buffers (never inlined as immediates), so a kernel does not
 depend on the values of scalar constants such as per-tensor scales. Whether the stock pass would
@@ -30,6 +32,7 @@ import tvm_ffi
 from tvm import relax
 
 from . import _compat
+from ._host import HostFunction, host_function
 from ._kernel_cache import KernelCache
 from ._lower import CallSite, SiteKind, StaticShapeVar
 from ._stock import legalized_call_tir, needs_scalar_decision
@@ -89,6 +92,8 @@ class KernelSet:
     unsupported: Dict[int, str] = field(default_factory=dict)
     #: nodes fold_guard can evaluate but the stock pass would not fold: node id -> why
     not_stock_foldable: Dict[int, str] = field(default_factory=dict)
+    #: nodes whose result NumPy copies exactly (see ``_host``): their kernels are never compiled
+    host: Dict[int, HostFunction] = field(default_factory=dict)
     #: node id -> its zero-size run-time inputs that its kernel does not read (so, as in stock,
     #: they do not stop it folding)
     unread_zero_size: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
@@ -399,6 +404,10 @@ def prepare_kernels(
         _read_back(retries, result)
     for site in sites:
         kernel = result.kernels.get(site.node_id)
+        if kernel is not None and site.kind is SiteKind.OP:
+            host = host_function(site)
+            if host is not None:
+                result.host[site.node_id] = host
         if site.zero_size_leaves and kernel is not None:
             read = {a for a in kernel.arg_map if isinstance(a, int)}
             unread = tuple(i for i in site.zero_size_leaves if i not in read)

@@ -170,7 +170,11 @@ def _fold(
     fold_plan = plan_folds(analysis.graph, resolved)
     timer.lap("plan")
     # Step 5. Compile every kernel the plan needs, once.
-    needed = [kernels.kernels[d.node] for d in fold_plan.folded if d.node in kernels.kernels]
+    needed = [
+        kernels.kernels[d.node]
+        for d in fold_plan.folded
+        if d.node in kernels.kernels and d.node not in kernels.host
+    ]
     library = KernelLibrary(
         needed, resolve_cache(kernel_cache, KernelLibrary.TARGET) if needed else None
     )

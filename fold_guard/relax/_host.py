@@ -1,0 +1,140 @@
+"""Folded calls that only move data, computed by NumPy instead of a compiled kernel.
+
+A reshape, a transpose, an ``expand_dims`` or a gather copies elements and computes nothing: the
+TIR kernel the stock pass compiles for one loads each element and stores it unchanged, and
+NumPy's copy writes the same bytes (NaN payloads included: nothing is converted). On real models
+most distinct kernels are such copies, one per bias shape (MobileNetV2 has 13 bias reshapes of
+different sizes among its 19 kernels), and each costs LLVM about as much as a quantize does.
+
+Only the evaluation changes: a call is still legalized like every other (so the decision whether
+the stock pass would fold it is taken on the same TIR), its kernel is just never compiled. Where
+a copy's result is undefined in TIR (``take`` in ``fast`` mode with an index out of bounds: the
+kernel reads outside its buffer), the host function raises instead, so the call is kept and the
+report says why, rather than folding whatever memory the kernel would have read.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Tuple
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .._core.graph import TensorInfo
+from . import _compat
+from ._lower import CallSite, StaticShapeVar
+
+__all__ = ["HOST_OPS", "HostFunction", "host_function", "run_host"]
+
+#: leaf arrays, result shape -> the result
+HostFunction = Callable[[Sequence[np.ndarray], Tuple[int, ...]], np.ndarray]
+
+#: Data types whose every bit pattern NumPy holds and copies unchanged (no bfloat16, float8 or
+#: sub-byte types, which NumPy would widen or pack differently).
+_NUMPY_EXACT_DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64".split()
+)
+
+
+def _reshaped(leaves: Sequence[np.ndarray], shape: Tuple[int, ...]) -> np.ndarray:
+    # Row-major reshape keeps the element order, which is what every one of these ops means.
+    return np.reshape(leaves[0], shape)
+
+
+def _permute(axes: Optional[Tuple[int, ...]]) -> HostFunction:
+    def permute(leaves: Sequence[np.ndarray], shape: Tuple[int, ...]) -> np.ndarray:
+        return np.transpose(leaves[0], axes)
+
+    return permute
+
+
+def _take(axis: Optional[int], mode: str) -> HostFunction:
+    def take(leaves: Sequence[np.ndarray], shape: Tuple[int, ...]) -> np.ndarray:
+        data, indices = leaves
+        if mode in ("clip", "wrap"):
+            # NumPy's modes are TOPI's: clamp into [0, n - 1]; wrap modulo n, negatives too.
+            return np.take(data, indices, axis=axis, mode=mode)
+        extent = data.size if axis is None else data.shape[axis]
+        if indices.size and (indices.min() < 0 or indices.max() >= extent):
+            raise IndexError(
+                f"take in {mode!r} mode reads index {int(indices.min())}..{int(indices.max())} "
+                f"of an axis of {extent}: the kernel's result is undefined there"
+            )
+        return np.take(data, indices, axis=axis)
+
+    return take
+
+
+def _shape_values(site: CallSite) -> Optional[Tuple[int, ...]]:
+    arg = site.template_args[0] if site.template_args else None
+    if isinstance(arg, StaticShapeVar):
+        return arg.values
+    if isinstance(arg, relax.ShapeExpr):
+        return tuple(int(v) for v in arg.values)
+    return None
+
+
+def _shape_to_tensor(site: CallSite) -> Optional[HostFunction]:
+    values = _shape_values(site)
+    if values is None:
+        return None
+    return lambda leaves, shape: np.array(values, dtype="int64").reshape(shape)
+
+
+def _for_op(site: CallSite) -> Optional[HostFunction]:
+    op, attrs = site.call.op.name, site.call.attrs
+    if op in ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten"):
+        return _reshaped
+    if op == "relax.permute_dims":
+        return _permute(None if attrs.axes is None else tuple(int(a) for a in attrs.axes))
+    if op == "relax.take":
+        axis = None if attrs.axis is None else int(attrs.axis)
+        return _take(axis, str(attrs.mode))
+    if op == "relax.shape_to_tensor":
+        return _shape_to_tensor(site)
+    return None
+
+
+#: The ops :func:`host_function` may answer for.
+HOST_OPS = frozenset(
+    "relax." + name
+    for name in "reshape expand_dims squeeze flatten permute_dims take shape_to_tensor".split()
+)
+
+
+def host_function(site: CallSite) -> Optional[HostFunction]:
+    """How NumPy computes ``site``'s result exactly, or None if it needs its compiled kernel.
+
+    Every tensor it reads and writes must be of a type NumPy copies bit for bit.
+
+    >>> from fold_guard.relax._lower import CallSite, SiteKind
+    >>> x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    >>> call = relax.BlockBuilder().normalize(relax.op.permute_dims(x))
+    >>> site = CallSite(0, "main", call, SiteKind.OP, relax.Var("y"), True, (x,), (None,), (0,))
+    >>> host_function(site)([np.arange(6, dtype="float32").reshape(2, 3)], (3, 2)).tolist()
+    [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    """
+    if site.call.op.name not in HOST_OPS:
+        return None
+    result_types = _compat.flatten_types(_compat.type_of(site.call))
+    dtypes = [_compat.dtype_of(_compat.type_of(leaf)) for leaf in site.leaves]
+    dtypes += [_compat.dtype_of(t) for t in result_types]
+    if len(result_types) != 1 or not all(str(d) in _NUMPY_EXACT_DTYPES for d in dtypes):
+        return None
+    return _for_op(site)
+
+
+def run_host(
+    function: HostFunction, leaves: Sequence[tvm.runtime.Tensor], info: TensorInfo
+) -> tvm.runtime.Tensor:
+    """Run ``function`` on tensors into a new tensor of ``info``'s shape and dtype."""
+    shape = tuple(int(d) for d in info.shape)
+    # np.asarray: np.take of a 0-d index gives a NumPy scalar
+    result = np.asarray(function([leaf.numpy() for leaf in leaves], shape))
+    if result.shape != shape or str(result.dtype) != str(info.dtype):
+        raise ValueError(
+            f"host copy gave {result.dtype}{list(result.shape)}, expected {info.dtype}{list(shape)}"
+        )
+    # not np.ascontiguousarray, which makes a 0-d result 1-d
+    return tvm.runtime.tensor(np.array(result, order="C"), tvm.cpu(0))
