@@ -15,7 +15,9 @@ Layout under the cache directory (``$FOLD_GUARD_CACHE_DIR``, else
 
 ``<build>`` digests everything besides the kernel that determines the code: fold_guard's
 version, TVM's version and the identity of its installed libraries, LLVM's version and the
-target. A kernel's key is the SHA-256 of its serialized PrimFunc (``tvm.ir.save_json``).
+target kind. A kernel's key is the SHA-256 of the exact target it is built for (which carries
+its optimization level, see ``_opt_level``) and its serialized PrimFunc (``tvm.ir.save_json``).
+Kernels built together share one library whatever their optimization levels.
 
 Safety: files are written under a temporary name and renamed (atomic on POSIX), so concurrent
 processes never see half a file; a library is checked against the digest its index entry
@@ -158,14 +160,14 @@ class KernelCache:
         self._index = self.dir / "index"
 
     @staticmethod
-    def key(prim_func: tvm.tirx.PrimFunc) -> str:
-        """SHA-256 of the serialized PrimFunc, its ``global_symbol`` removed (names are ours)."""
+    def key(prim_func: tvm.tirx.PrimFunc, target: str) -> str:
+        """SHA-256 of ``target`` and the serialized PrimFunc without ``global_symbol`` (names are ours)."""
         func = (
             prim_func.without_attr("global_symbol")
             if prim_func.attrs and "global_symbol" in prim_func.attrs
             else prim_func
         )
-        return hashlib.sha256(tvm.ir.save_json(func).encode()).hexdigest()
+        return hashlib.sha256(f"{target}\n{tvm.ir.save_json(func)}".encode()).hexdigest()
 
     @staticmethod
     def symbol(key: str) -> str:
@@ -190,13 +192,24 @@ class KernelCache:
             found[key] = (module, entry.symbol)
         return found
 
-    def build(self, functions: Mapping[str, tvm.tirx.PrimFunc]) -> Dict[str, Tuple[Any, str]]:
-        """Compile ``{key: PrimFunc}`` as one library, store it, and load it."""
-        named = {
-            self.symbol(key): func.with_attr("global_symbol", self.symbol(key))
-            for key, func in functions.items()
-        }
-        built = tvm.tirx.build(tvm.IRModule(named), target=self.target)
+    def build(
+        self, functions: Mapping[str, Tuple[tvm.tirx.PrimFunc, str]]
+    ) -> Dict[str, Tuple[Any, str]]:
+        """Compile ``{key: (PrimFunc, target)}`` as one library, store it, and load it."""
+        by_target: Dict[str, Dict[str, tvm.tirx.PrimFunc]] = {}
+        for key, (func, target) in functions.items():
+            by_target.setdefault(target, {})[self.symbol(key)] = func.with_attr(
+                "global_symbol", self.symbol(key)
+            )
+        # One module per target, the others imported into the first: export_library links all
+        # of them into one shared library (one linker run), whose symbols the loader finds.
+        modules = [
+            tvm.tirx.build(tvm.IRModule(named), target=target)
+            for target, named in by_target.items()
+        ]
+        built = modules[0]
+        for module in modules[1:]:
+            built.import_module(module)
         self._libs.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=self._libs, prefix=".tmp-", suffix=".so")
         os.close(fd)

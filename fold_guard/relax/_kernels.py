@@ -33,8 +33,9 @@ from tvm import relax
 
 from . import _compat
 from ._host import HostFunction, host_function
-from ._kernel_cache import KernelCache
+from ._kernel_cache import CacheSetting, KernelCache, resolve_cache
 from ._lower import CallSite, SiteKind, StaticShapeVar
+from ._opt_level import OPTIMIZED_TARGET, build_target
 from ._stock import legalized_call_tir, needs_scalar_decision
 
 __all__ = ["SHAPE_GENERIC_OPS", "Kernel", "KernelLibrary", "KernelSet", "prepare_kernels"]
@@ -83,6 +84,7 @@ class Kernel:
     prim_func: tvm.tirx.PrimFunc
     arg_map: Tuple[object, ...]  # int: index into CallSite.leaves; otherwise a runtime Tensor
     out_ty: object = None  # the result type the kernel was legalized for (symbolic or static)
+    target: str = OPTIMIZED_TARGET  # what it is built for (see ``_opt_level``)
 
 
 @dataclass
@@ -284,7 +286,7 @@ def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Ker
                 None,
                 f"legalized call_tir takes {arg}, which is neither an operand nor a constant",
             )
-    return Kernel(prim_func, tuple(arg_map), value.ty_args[0]), ""
+    return Kernel(prim_func, tuple(arg_map), value.ty_args[0], build_target(request.members)), ""
 
 
 def _split_by_shape(members: Sequence[CallSite]) -> List[List[CallSite]]:
@@ -417,31 +419,35 @@ def prepare_kernels(
 
 
 class KernelLibrary:
-    """The distinct PrimFuncs of a set of kernels, compiled together once for the CPU.
+    """The distinct PrimFuncs of a set of kernels, compiled together once per target for the CPU.
 
-    With a :class:`~fold_guard.relax._kernel_cache.KernelCache`, kernels built before (by this or
-    another process) are loaded from disk and only the others are compiled, into one library
-    that the cache keeps; without one, everything is built in memory and run by the JIT.
+    With a kernel cache (``cache_setting``, as :func:`~fold_guard.relax._kernel_cache.resolve_cache`
+    reads it), kernels built before (by this or another process) are loaded from disk and only
+    the others are compiled, into one library per target that the cache keeps; without one,
+    everything is built in memory and run by the JIT. Each kernel is built for its own
+    ``target`` (see ``_opt_level``).
     """
 
-    TARGET = "llvm"
-
-    def __init__(self, kernels: Sequence[Kernel], cache: Optional[KernelCache] = None):
-        self._symbols: Dict[int, str] = {}
-        self._funcs: Dict[str, tvm.tirx.PrimFunc] = {}
-        self._cache = cache
-        by_hash: Dict[int, List[Tuple[tvm.tirx.PrimFunc, str]]] = {}
+    def __init__(self, kernels: Sequence[Kernel], cache_setting: CacheSetting = False):
+        self._symbols: Dict[Tuple[int, str], str] = {}
+        #: symbol -> (PrimFunc, the target it is built for)
+        self._funcs: Dict[str, Tuple[tvm.tirx.PrimFunc, str]] = {}
+        self._cache_setting = cache_setting
+        by_hash: Dict[Tuple[int, str], List[Tuple[tvm.tirx.PrimFunc, str]]] = {}
         for kernel in kernels:
-            key = id(kernel.prim_func)
+            key = (id(kernel.prim_func), kernel.target)
             if key in self._symbols:
                 continue
-            bucket = by_hash.setdefault(tvm_ffi.structural_hash(kernel.prim_func), [])
+            bucket = by_hash.setdefault(
+                (tvm_ffi.structural_hash(kernel.prim_func), kernel.target), []
+            )
             symbol = next(
                 (s for f, s in bucket if tvm_ffi.structural_equal(f, kernel.prim_func)), None
             )
             if symbol is None:
                 symbol = f"fold_guard_kernel_{len(self._funcs)}"
-                self._funcs[symbol] = kernel.prim_func.with_attr("global_symbol", symbol)
+                named = kernel.prim_func.with_attr("global_symbol", symbol)
+                self._funcs[symbol] = (named, kernel.target)
                 bucket.append((kernel.prim_func, symbol))
             self._symbols[key] = symbol
         #: symbol -> (the runtime module that holds it, its name there)
@@ -452,16 +458,20 @@ class KernelLibrary:
         self.cached = 0
 
     def build(self) -> None:
-        """Load cached kernels, compile the rest in one batch; on failure build one by one."""
-        if not self._funcs:
-            return
+        """Load cached kernels, compile the rest in one batch per target; on failure one by one."""
         funcs = dict(self._funcs)
-        if self._cache is not None:
-            funcs = self._build_through_cache(self._cache, funcs)
-            if not funcs:
-                return
+        cache = resolve_cache(self._cache_setting, OPTIMIZED_TARGET) if funcs else None
+        if cache is not None:
+            funcs = self._build_through_cache(cache, funcs)
+        by_target: Dict[str, Dict[str, tvm.tirx.PrimFunc]] = {}
+        for symbol, (func, target) in funcs.items():
+            by_target.setdefault(target, {})[symbol] = func
+        for target, named in by_target.items():
+            self._build_in_memory(target, named)
+
+    def _build_in_memory(self, target: str, funcs: Dict[str, tvm.tirx.PrimFunc]) -> None:
         try:
-            batch = tvm.tirx.build(tvm.IRModule(funcs), target=self.TARGET)
+            batch = tvm.tirx.build(tvm.IRModule(funcs), target=target)
             self._compiled.update({symbol: (batch, symbol) for symbol in funcs})
             self.compiled += len(funcs)
             return
@@ -470,7 +480,7 @@ class KernelLibrary:
         for symbol, func in funcs.items():
             try:
                 self._compiled[symbol] = (
-                    tvm.tirx.build(tvm.IRModule({symbol: func}), target=self.TARGET),
+                    tvm.tirx.build(tvm.IRModule({symbol: func}), target=target),
                     symbol,
                 )
                 self.compiled += 1
@@ -478,10 +488,10 @@ class KernelLibrary:
                 self.failures[symbol] = f"kernel build failed: {err}".splitlines()[0]
 
     def _build_through_cache(
-        self, cache: KernelCache, funcs: Dict[str, tvm.tirx.PrimFunc]
-    ) -> Dict[str, tvm.tirx.PrimFunc]:
+        self, cache: KernelCache, funcs: Dict[str, Tuple[tvm.tirx.PrimFunc, str]]
+    ) -> Dict[str, Tuple[tvm.tirx.PrimFunc, str]]:
         """Load or build ``funcs`` through ``cache``; return those left to build without it."""
-        keys = {symbol: cache.key(func) for symbol, func in funcs.items()}
+        keys = {symbol: cache.key(func, target) for symbol, (func, target) in funcs.items()}
         found = cache.lookup(sorted(set(keys.values())))
         missing = {key: funcs[symbol] for symbol, key in keys.items() if key not in found}
         if missing:
@@ -493,7 +503,7 @@ class KernelLibrary:
                     "building in memory",
                     err,
                 )
-        left: Dict[str, tvm.tirx.PrimFunc] = {}
+        left: Dict[str, Tuple[tvm.tirx.PrimFunc, str]] = {}
         for symbol, key in keys.items():
             if key in found:
                 self._compiled[symbol] = found[key]
@@ -507,7 +517,7 @@ class KernelLibrary:
 
     def function(self, kernel: Kernel) -> Any:
         """The compiled function for ``kernel``; RuntimeError if its build failed."""
-        symbol = self._symbols[id(kernel.prim_func)]
+        symbol = self._symbols[(id(kernel.prim_func), kernel.target)]
         if symbol in self.failures:
             raise RuntimeError(self.failures[symbol])
         module, name = self._compiled[symbol]

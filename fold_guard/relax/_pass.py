@@ -21,7 +21,7 @@ from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from . import _compat
 from ._evaluate import evaluate_plan
-from ._kernel_cache import CacheSetting, resolve_cache
+from ._kernel_cache import CacheSetting
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
 from ._lower import LoweredModule, walk_relax
 from ._rewrite import rewrite_function
@@ -175,9 +175,7 @@ def _fold(
         for d in fold_plan.folded
         if d.node in kernels.kernels and d.node not in kernels.host
     ]
-    library = KernelLibrary(
-        needed, resolve_cache(kernel_cache, KernelLibrary.TARGET) if needed else None
-    )
+    library = KernelLibrary(needed, kernel_cache)
     library.build()
     timer.lap("compile")
     # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).

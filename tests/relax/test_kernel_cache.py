@@ -25,6 +25,7 @@ import fold_guard.relax as fgr
 from fold_guard import PreconditionError
 from fold_guard.relax import _kernel_cache
 from fold_guard.relax._kernel_cache import CACHE_DIR_ENV, KernelCache, resolve_cache
+from fold_guard.relax._opt_level import QUICK_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,11 +66,14 @@ def _libraries(root: Path):
 def test_second_fold_compiles_nothing(tmp_path):
     mod = _module()
     first = _fold_checked(mod, tmp_path)
+    libraries = _libraries(tmp_path)
     second = _fold_checked(mod, tmp_path)
     assert (first.report.kernels_compiled, first.report.kernels_cached) == (3, 0)
     assert (second.report.kernels_compiled, second.report.kernels_cached) == (0, 3)
     assert "3 loaded from the kernel cache" in second.report.explain(verbose=False)
-    assert len(_libraries(tmp_path)) == 1
+    # kernels built together share one library, whatever their optimization levels
+    assert len(libraries) == 1
+    assert _libraries(tmp_path) == libraries
 
 
 def test_a_similar_model_reuses_the_kernels_it_shares(tmp_path):
@@ -197,8 +201,15 @@ def test_concurrent_processes_share_one_cache(tmp_path):
     assert (result.report.kernels_compiled, result.report.kernels_cached) == (0, 3)
 
 
+def _any_prim_func() -> tvm.tirx.PrimFunc:
+    legalized = relax.transform.LegalizeOps()(_module())
+    return next(f for f in legalized.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
+
+
 def test_key_covers_what_determines_the_code(tmp_path, monkeypatch):
     base = KernelCache(tmp_path, "llvm").dir
+    func = _any_prim_func()
+    assert KernelCache.key(func, "llvm") != KernelCache.key(func, QUICK_TARGET)
     assert KernelCache(tmp_path, "llvm -opt-level=0").dir != base
     monkeypatch.setattr(tvm, "__version__", "0.27.0.other")
     assert KernelCache(tmp_path, "llvm").dir != base

@@ -1,0 +1,167 @@
+"""Kernels built at LLVM -O0 compute the bits stock's -O3 kernels compute.
+
+fold_guard builds a kernel at -O0 (about 3x faster to compile) only where its operations leave
+LLVM nothing undefined (``fold_guard/relax/_opt_level.py``); everything else is built at -O3,
+as stock builds it. Each rule is checked both ways, and random values at the edges (infinities,
+NaN, zero and huge scales, the integer limits) must fold to stock's bits whichever level the
+kernel got.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tvm import relax
+
+import fold_guard.relax as fgr
+from fold_guard._core.report import StepTimer
+from fold_guard.relax._opt_level import OPTIMIZED_TARGET, QUICK_BUILD_MAX_BYTES, QUICK_TARGET
+from fold_guard.relax._pass import analyse
+
+
+def _module(make_calls) -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2,), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            outs = [bb.emit(call) for call in make_calls()]
+            gv = bb.emit_output(relax.Tuple([x, *outs]))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def _targets(mod: tvm.IRModule) -> list[str]:
+    """The build target of each call's kernel, in binding order."""
+    analysis = analyse(mod, "default", StepTimer())
+    return [analysis.kernels.kernels[node.id].target for node in analysis.graph.nodes]
+
+
+def _c(array) -> relax.Constant:
+    array = np.asarray(array)
+    return relax.const(array, str(array.dtype))  # relax.const alone narrows int64 to int32
+
+
+def _quantize(data, scale, zero, dtype="int8", axis=-1):
+    return relax.op.quantize(_c(data), _c(scale), _c(zero), axis=axis, out_dtype=dtype)
+
+
+def _dequantize(data, scale, zero, axis=-1):
+    return relax.op.dequantize(_c(data), _c(scale), _c(zero), axis=axis, out_dtype="float32")
+
+
+W = np.linspace(-3, 3, 12, dtype="float32").reshape(3, 4)
+S = np.float32(0.05)
+ROW_SCALES = np.full(3, 0.05, "float32")
+ROW_ZEROS = np.zeros(3, "int8")
+SLOW = OPTIMIZED_TARGET
+
+
+@pytest.mark.parametrize(
+    ("make", "target"),
+    [
+        (lambda: _quantize(W, S, np.int8(0)), QUICK_TARGET),
+        (lambda: _quantize(W, S, np.uint8(3), "uint8"), QUICK_TARGET),
+        (lambda: _quantize(W, S, np.int16(0), "int16"), QUICK_TARGET),
+        # a NaN weight meets the clip's comparisons, which LLVM may compile either way
+        (lambda: _quantize(np.where(W > 2, np.nan, W).astype("float32"), S, np.int8(0)), SLOW),
+        # 0 / 0 and inf / inf are NaN (per-channel scales: buffers, not immediates)
+        (lambda: _quantize(W, ROW_SCALES * np.float32([1, 0, 1]), ROW_ZEROS, axis=0), SLOW),
+        (lambda: _quantize(W, ROW_SCALES * np.float32([1, np.inf, 1]), ROW_ZEROS, axis=0), SLOW),
+        (lambda: _quantize(W, ROW_SCALES, ROW_ZEROS, axis=0), QUICK_TARGET),
+        (lambda: _dequantize(W.astype("int8"), S, np.int8(1)), QUICK_TARGET),
+        (lambda: _dequantize(W.astype("uint16"), S, np.uint16(9)), QUICK_TARGET),
+        (lambda: _dequantize(W.astype("int32"), S, np.int32(0)), QUICK_TARGET),
+        # int32 minus a non-zero zero point may overflow (an nsw subtraction)
+        (lambda: _dequantize(W.astype("int32"), S, np.int32(1)), SLOW),
+        (lambda: relax.op.less(_c(np.arange(4)), _c(np.int64(2))), QUICK_TARGET),
+        (lambda: relax.op.less(_c(W), _c(np.float32(0))), SLOW),
+        (
+            lambda: relax.op.where(_c(W > 0), _c(np.arange(12).reshape(3, 4)), _c(np.int64(0))),
+            QUICK_TARGET,
+        ),
+        (lambda: relax.op.add(_c(np.arange(4)), _c(np.int64(7))), QUICK_TARGET),
+        (
+            lambda: relax.op.add(_c(np.array([2**62, 1])), _c(np.array([2**62, 1]))),
+            OPTIMIZED_TARGET,
+        ),
+        (
+            lambda: relax.op.subtract(_c(np.int32([-(2**31), 0])), _c(np.int32(1))),
+            OPTIMIZED_TARGET,
+        ),
+        (lambda: relax.op.add(_c(W), _c(S)), SLOW),
+        (lambda: relax.op.exp(_c(W)), SLOW),
+    ],
+)
+def test_each_rule_picks_its_level_and_matches_stock(make, target) -> None:
+    mod = _module(lambda: [make()])
+    assert _targets(mod) == [target]
+    stock = relax.transform.FoldConstant()(mod)
+    assert tvm_ffi.structural_equal(fgr.fold(mod, kernel_cache=False).mod, stock)
+
+
+def test_a_kernel_writing_many_bytes_is_optimized() -> None:
+    """Past QUICK_BUILD_MAX_BYTES the kernel's run time outweighs its compile time."""
+    rows = QUICK_BUILD_MAX_BYTES // (4 * 1024) + 1
+    weight = np.ones((rows, 1024), "int8")
+    mod = _module(lambda: [_dequantize(weight, S, np.int8(0))])
+    assert _targets(mod) == [OPTIMIZED_TARGET]
+
+
+def test_both_levels_share_one_fold_and_one_cache(tmp_path) -> None:
+    def calls():
+        return [_dequantize(W.astype("int8"), S, np.int8(0)), relax.op.exp(_c(W))]
+
+    mod = _module(calls)
+    assert _targets(mod) == [QUICK_TARGET, OPTIMIZED_TARGET]
+    stock = relax.transform.FoldConstant()(mod)
+    cold = fgr.fold(mod, kernel_cache=tmp_path)
+    warm = fgr.fold(mod, kernel_cache=tmp_path)
+    assert (cold.report.kernels_compiled, cold.report.kernels_cached) == (2, 0)
+    assert (warm.report.kernels_compiled, warm.report.kernels_cached) == (0, 2)
+    assert tvm_ffi.structural_equal(cold.mod, stock)
+    assert tvm_ffi.structural_equal(warm.mod, stock)
+
+
+_F32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
+_SCALES = st.one_of(
+    st.sampled_from([0.0, 1e-45, 1e-30, 0.05, 1.0, 3e38, float("inf"), float("nan")]),
+    st.floats(2.0**-20, 2.0**20, width=32),
+)
+_QDTYPES = st.sampled_from(["int8", "uint8", "int16", "uint16"])
+
+
+@st.composite
+def _edge_quantize(draw):
+    dtype = draw(_QDTYPES)
+    data = np.array(draw(st.lists(_F32, min_size=1, max_size=6)), "float32")
+    info = np.iinfo(dtype)
+    zeros = st.integers(int(info.min), int(info.max))
+    # one scale per element: buffers, as real per-channel scales (a scalar zero scale is an
+    # immediate that TVM's simplifier rejects, in stock too)
+    scale = np.array([draw(_SCALES) for _ in data], "float32")
+    zero = np.array([draw(zeros) for _ in data], dtype)
+    return _quantize(data, scale, zero, dtype, axis=0)
+
+
+@st.composite
+def _edge_dequantize(draw):
+    dtype = draw(st.sampled_from(["int8", "uint8", "int16", "uint16", "int32"]))
+    info = np.iinfo(dtype)
+    ints = st.integers(int(info.min), int(info.max))
+    data = np.array(draw(st.lists(ints, min_size=1, max_size=6)), dtype)
+    zero = np.array([draw(st.one_of(st.just(0), ints)) for _ in data], dtype)
+    scale = np.array([draw(_SCALES) for _ in data], "float32")
+    return _dequantize(data, scale, zero, axis=0)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(_edge_quantize(), _edge_dequantize()), min_size=1, max_size=3))
+def test_edge_values_fold_to_stock_bits_at_either_level(calls) -> None:
+    """RFC.md, guarantee 2: folded constants are bit-identical to stock's."""
+    mod = _module(lambda: calls)
+    stock = relax.transform.FoldConstant()(mod)
+    assert tvm_ffi.structural_equal(fgr.fold(mod, kernel_cache=False).mod, stock)
