@@ -54,7 +54,7 @@ def _take(axis: Optional[int], mode: str) -> HostFunction:
         data, indices = leaves
         if mode in ("clip", "wrap"):
             # NumPy's modes are TOPI's: clamp into [0, n - 1]; wrap modulo n, negatives too.
-            return np.take(data, indices, axis=axis, mode=mode)
+            return np.take(data, indices, axis=axis, mode=mode)  # type: ignore[call-overload]
         extent = data.size if axis is None else data.shape[axis]
         if indices.size and (indices.min() < 0 or indices.max() >= extent):
             raise IndexError(
@@ -129,7 +129,8 @@ def run_host(
     function: HostFunction, leaves: Sequence[tvm.runtime.Tensor], info: TensorInfo
 ) -> tvm.runtime.Tensor:
     """Run ``function`` on tensors into a new tensor of ``info``'s shape and dtype."""
-    shape = tuple(int(d) for d in info.shape)
+    assert info.shape is not None and None not in info.shape, "folded results are static"
+    shape = tuple(int(d) for d in info.shape if d is not None)
     # np.asarray: np.take of a 0-d index gives a NumPy scalar
     result = np.asarray(function([leaf.numpy() for leaf in leaves], shape))
     if result.shape != shape or str(result.dtype) != str(info.dtype):

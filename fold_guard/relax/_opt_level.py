@@ -117,9 +117,10 @@ _QUICK_OPS = {
 def _output_bytes(site: CallSite) -> int:
     ty = _compat.type_of(site.call)
     shape = _compat.static_shape(ty)
-    if shape is None or any(dim is None for dim in shape):
+    dims = [dim for dim in shape or () if dim is not None]
+    if shape is None or len(dims) != len(shape):
         return QUICK_BUILD_MAX_BYTES + 1  # not static: never built quickly
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(_dtype(site.call)).itemsize
+    return int(np.prod(dims, dtype=np.int64)) * np.dtype(_dtype(site.call)).itemsize
 
 
 def build_target(members: Sequence[CallSite]) -> str:
