@@ -1,12 +1,21 @@
-"""Evaluate the folded calls of a plan: one interpreter run per dependency level.
+"""Evaluate the folded calls of a plan, level by level, through as few kernel builds as possible.
 
 Stock ``FoldConstant`` evaluates one call at a time with ``relay.backend.interpreter``'s
 ``EvalFunction`` (SimplifyInference, QNN Legalize/Canonicalize, FuseOps at level 0, LowerTE,
-one build), so every call pays for a whole compilation. Here every folded call whose operands are
-already constants goes into one tuple and one ``EvalFunction``: the pipeline runs once per level,
-identical kernels are lowered once (the TE compiler caches them within a run), and each call
-still sees exactly the expression stock would evaluate (an op applied to constants) through the
-same pipeline at fusion level 0, so each result is computed by the same kernels on the same data.
+one build), so every call pays for a whole compilation. Here, per dependency level:
+
+* calls that share their kernels (one op signature; see :mod:`fold_guard.relay._kernels`) are
+  evaluated by one function prepared once through that same pipeline and applied to each call's
+  constants; for the elementwise ops of ``SHAPE_GENERIC_OPS`` the function's shapes are
+  abstracted, so differently shaped calls of one signature share one set of kernels;
+* every other call goes into one tuple and one ``EvalFunction`` (chunks of
+  MAX_SIGNATURES_PER_RUN signatures): the pipeline runs once, identical kernels are lowered once
+  (the TE compiler caches them within a run), and each call is exactly the expression stock
+  evaluates (an op applied to constants).
+
+Either way each result is computed through the pipeline stock uses, at fusion level 0, by the
+same per-element arithmetic on the same data. A call the prepared path cannot evaluate is
+evaluated on the batched path, which isolates and reports failures as stock's evaluation does.
 
 Invariant: a call is evaluated only after all its node operands have values, so a level is the
 length of the longest chain of folded calls below it.
@@ -14,7 +23,8 @@ length of the longest chain of folded calls below it.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Sequence, Tuple
+from collections import OrderedDict
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -24,6 +34,7 @@ from .._core.driver import has_inputs
 from .._core.errors import PlanInvariantError
 from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan, evaluation_error
+from ._kernels import KernelForm, PreparedKernel, kernel_form, same_attrs
 from ._lower import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
 from ._stock import NDARRAY_SIZE_OP, evaluation_target
 
@@ -152,12 +163,13 @@ def evaluate_plan(
     """Fill ``values`` for every folded node not yet in it.
 
     Returns the nodes whose evaluation failed (with the error text; the caller re-plans with
-    them) and the number of interpreter runs. With ``strict`` the first failure raises
+    them) and the number of interpreter runs (batched runs plus functions prepared). With ``strict`` the first failure raises
     FoldNotPossibleError chained to the original error.
     """
     failures: Dict[int, str] = {}
     runs = 0
     graph = plan.graph
+    kernels: OrderedDict[KernelKey, PreparedKernel] = OrderedDict()
     for level in _levels(plan, values):
         pending: List[int] = []
         for node_id in level:
@@ -168,12 +180,97 @@ def evaluate_plan(
             else:
                 pending.append(node_id)
         exprs = [_expression(sites[node_id], values) for node_id in pending]
-        for chunk in _chunks(exprs):
-            chunk_ids = [pending[position] for position in chunk]
+        batched, prepared_runs = _evaluate_prepared(pending, exprs, values, kernels)
+        runs += prepared_runs
+        batched_exprs = [exprs[position] for position in batched]
+        for chunk in _chunks(batched_exprs):
+            chunk_ids = [pending[batched[position]] for position in chunk]
             runs += _run_chunk(
-                chunk_ids, [exprs[position] for position in chunk], graph, values, failures, strict
+                chunk_ids,
+                [batched_exprs[position] for position in chunk],
+                graph,
+                values,
+                failures,
+                strict,
             )
     return failures, runs
+
+
+#: Prepared functions kept alive at once (least recently used dropped first). Each holds its
+#: kernels, so this bounds memory as MAX_SIGNATURES_PER_RUN does for a batched run; a signature
+#: that recurs on a later level is not prepared again while it stays among them.
+MAX_PREPARED_KERNELS = 16
+
+#: A prepared function's cache key: the form's key (shape-generic) or its static key, and which.
+KernelKey = Tuple[Tuple[object, ...], bool]
+
+
+def _groups(exprs: Sequence[relay.Expr]) -> Tuple[Dict[KernelKey, List[int]], List[int]]:
+    """Positions of ``exprs`` grouped by the prepared function that evaluates them, and the rest.
+
+    A signature goes shape-generic only where that saves kernels: when its calls have more than
+    one static shape. Otherwise its calls share the static kernels stock compiles.
+    """
+    forms: Dict[int, KernelForm] = {}
+    rest: List[int] = []
+    by_form: Dict[Tuple[object, ...], List[int]] = {}
+    for position, expr in enumerate(exprs):
+        form = kernel_form(expr)
+        if form is None:
+            rest.append(position)
+            continue
+        forms[position] = form
+        by_form.setdefault(form.key, []).append(position)
+    groups: Dict[KernelKey, List[int]] = {}
+    for positions in by_form.values():
+        template = exprs[positions[0]]
+        generic = forms[positions[0]].shape_generic and (
+            len({forms[position].static_key for position in positions}) > 1
+        )
+        for position in positions:
+            if not same_attrs(exprs[position], template):
+                rest.append(position)  # a hash collision of attributes: let the batch decide
+                continue
+            form = forms[position]
+            key = (form.key, True) if generic else (form.static_key, False)
+            groups.setdefault(key, []).append(position)
+    return groups, rest
+
+
+def _evaluate_prepared(
+    node_ids: Sequence[int], exprs: Sequence[relay.Expr], values: Values, kernels: OrderedDict[KernelKey, PreparedKernel]
+) -> Tuple[List[int], int]:
+    """Evaluate the calls of ``exprs`` that share kernels into ``values``.
+
+    Returns the positions left for the batched path (calls without a form, lone calls whose
+    kernels are not prepared already, and any call the prepared path failed on) and the number
+    of functions prepared.
+    """
+    groups, batched = _groups(exprs)
+    prepared = 0
+    for key, positions in groups.items():
+        kernel: Optional[PreparedKernel] = kernels.get(key)
+        if kernel is None:
+            if len(positions) < 2:
+                batched.extend(positions)  # nothing to share: one batched run serves it as well
+                continue
+            prepared += 1
+            try:
+                kernel = PreparedKernel(exprs[positions[0]], shape_generic=key[1])
+            except Exception:  # noqa: BLE001 - any failure: the batched path evaluates as stock
+                batched.extend(positions)
+                continue
+            kernels[key] = kernel
+            while len(kernels) > MAX_PREPARED_KERNELS:
+                kernels.popitem(last=False)
+        kernels.move_to_end(key)
+        for position in positions:
+            try:
+                values[node_ids[position]] = _to_expr(kernel(exprs[position]))
+            except Exception:  # noqa: BLE001 - the batched path evaluates it and reports why
+                batched.append(position)
+    batched.sort()
+    return batched, prepared
 
 
 def _run_chunk(

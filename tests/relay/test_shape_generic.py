@@ -1,0 +1,379 @@
+"""RFC.md, guarantees 1 and 2, for calls evaluated through prepared, shape-generic kernels.
+
+Calls of one op signature share kernels (``fold_guard/relay/_kernels.py``): repeated shapes reuse
+stock's static kernels, and for the elementwise ops of ``SHAPE_GENERIC_OPS`` differently shaped
+calls share one set of kernels whose non-1 dimensions are ``relay.Any()``. Each such op is
+checked here against stock ``FoldConstant`` bit for bit (structural equality compares constant
+bytes) on several shapes at once, with data that reaches the corners of its arithmetic: NaN,
+infinities, signed zeros, subnormals, halfway cases of rounding and values out of a cast's range.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import numpy as np
+import pytest
+import tvm
+from relay_ir import op_calls
+from tvm import relay
+
+import fold_guard
+import fold_guard.relay as fgr
+from fold_guard import Reason
+from fold_guard.relay import _evaluate, _kernels
+
+#: Shapes of one rank: not multiples of the x86 schedule's vector width of 16, one that is, one longer.
+SHAPES_2D = ((5, 3), (4, 32), (3, 37))
+SHAPES_3D = ((2, 5, 3), (3, 4, 16), (2, 2, 33))
+
+#: Float32 values at the corners of elementwise arithmetic.
+SPECIAL_F32 = np.array(
+    [
+        0.0,
+        -0.0,
+        np.nan,
+        -np.nan,
+        np.inf,
+        -np.inf,
+        1e-45,
+        -1e-40,
+        1.17549435e-38,
+        0.5,
+        1.5,
+        2.5,
+        -2.5,
+        -0.5,
+        127.5,
+        128.0,
+        -128.5,
+        255.5,
+        300.0,
+        -300.0,
+        65504.0,
+        65520.0,
+        2.0**31,
+        -(2.0**31) - 256.0,
+        3e9,
+        1e30,
+        -3.4e38,
+        88.7,
+        -104.0,
+        1e-7,
+    ],
+    dtype="float32",
+)
+
+
+def _data(shape: Sequence[int], dtype: str, seed: int, *, positive: bool = False) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape))
+    if dtype.startswith("float"):
+        values = rng.standard_normal(size).astype("float32") * np.float32(4.0)
+        specials = SPECIAL_F32[: max(1, size // 2)]
+        picks = rng.choice(size, size=min(size, len(specials)), replace=False)
+        values[picks] = specials[: len(picks)]
+        if positive:
+            values = np.abs(values) + np.float32(1e-3)
+        return values.astype(dtype).reshape(shape)
+    info = np.iinfo(dtype)
+    low = 1 if positive else int(info.min)
+    return rng.integers(low, int(info.max), size=size, endpoint=True).astype(dtype).reshape(shape)
+
+
+def _tuple_module(calls: Sequence[relay.Expr]) -> tvm.IRModule:
+    """``main() = (call_0, call_1, ...)``, type-inferred."""
+    return relay.transform.InferType()(
+        tvm.IRModule.from_expr(relay.Function([], relay.Tuple(list(calls))))
+    )
+
+
+def _fold_both(calls: List[relay.Expr], policy: str) -> Tuple[tvm.IRModule, tvm.IRModule]:
+    mod = _tuple_module(calls)
+    stock = relay.transform.FoldConstant(fold_qnn=policy == "fold-qnn")(mod)
+    return fgr.fold(mod, policy=policy, strict=True).mod, stock
+
+
+class _Spy:
+    """Records the prepared kernels made during a fold: (shape_generic, calls evaluated)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made: List[List[object]] = []
+        real = _kernels.PreparedKernel
+        spy = self
+
+        class Recording(real):  # type: ignore[misc, valid-type]
+            def __init__(self, template: relay.Call, *, shape_generic: bool) -> None:
+                super().__init__(template, shape_generic=shape_generic)
+                self.record: List[object] = [shape_generic, 0]
+                spy.made.append(self.record)
+
+            def __call__(self, call: relay.Call) -> object:
+                value = super().__call__(call)
+                self.record[1] += 1  # type: ignore[operator]
+                return value
+
+        monkeypatch.setattr(_evaluate, "PreparedKernel", Recording)
+
+
+# (id, policy, builder of one call from a seed and a shape). Each builder is called per shape.
+Builder = Callable[[int, Tuple[int, ...]], relay.Expr]
+
+
+def _c(array: np.ndarray) -> relay.Constant:
+    return relay.const(array)
+
+
+def _unary(name: str, *, positive: bool = False) -> Builder:
+    op = getattr(relay, name) if hasattr(relay, name) else getattr(relay.op, name)
+    return lambda seed, shape: op(_c(_data(shape, "float32", seed, positive=positive)))
+
+
+def _binary(name: str, dtype: str, broadcast: str) -> Builder:
+    op = getattr(relay, name)
+
+    def build(seed: int, shape: Tuple[int, ...]) -> relay.Expr:
+        other = {"full": shape, "row": shape[-1:], "column": shape[:-1] + (1,)}[broadcast]
+        # Integer division by zero traps (SIGFPE) on x86, in stock as here: no zero divisors.
+        rhs = _data(other, dtype, seed + 1, positive=name == "divide" and dtype != "float32")
+        return op(_c(_data(shape, dtype, seed)), _c(rhs))
+
+    return build
+
+
+def _cast(dtype_in: str, dtype_out: str) -> Builder:
+    return lambda seed, shape: relay.cast(_c(_data(shape, dtype_in, seed)), dtype_out)
+
+
+def _quantize(axis: int, out_dtype: str, per_channel: bool) -> Builder:
+    def build(seed: int, shape: Tuple[int, ...]) -> relay.Expr:
+        data = _data(shape, "float32", seed)
+        if per_channel:
+            channels = shape[axis]
+            scale = _c(np.linspace(0.01, 0.2, channels, dtype="float32"))
+            zero = _c(np.arange(channels, dtype="int32") % 5 - 2)
+        else:
+            scale, zero = _c(np.float32(0.037)), _c(np.int32(3))
+        return relay.qnn.op.quantize(_c(data), scale, zero, axis=axis, out_dtype=out_dtype)
+
+    return build
+
+
+def _dequantize(axis: int, in_dtype: str, per_channel: bool) -> Builder:
+    def build(seed: int, shape: Tuple[int, ...]) -> relay.Expr:
+        data = _data(shape, in_dtype, seed)
+        if per_channel:
+            channels = shape[axis]
+            scale = _c(np.linspace(0.01, 0.2, channels, dtype="float32"))
+            zero = _c(np.arange(channels, dtype="int32") % 5 - 2)
+        else:
+            scale, zero = _c(np.float32(0.037)), _c(np.int32(-4))
+        return relay.qnn.op.dequantize(_c(data), scale, zero, axis=axis)
+
+    return build
+
+
+CASES: Dict[str, Tuple[str, Builder]] = {
+    "qnn.quantize-per-tensor-int8": ("fold-qnn", _quantize(0, "int8", False)),
+    "qnn.quantize-axis0-int8": ("fold-qnn", _quantize(0, "int8", True)),
+    "qnn.quantize-axis1-uint8": ("fold-qnn", _quantize(1, "uint8", True)),
+    "qnn.quantize-axis0-int32": ("fold-qnn", _quantize(0, "int32", True)),
+    "qnn.dequantize-per-tensor-int8": ("fold-qnn", _dequantize(0, "int8", False)),
+    "qnn.dequantize-per-tensor-int32": ("fold-qnn", _dequantize(1, "int32", False)),
+    "cast-f32-int32": ("default", _cast("float32", "int32")),
+    "cast-f32-int64": ("default", _cast("float32", "int64")),
+    "cast-f32-f16": ("default", _cast("float32", "float16")),
+    "cast-f32-f64": ("default", _cast("float32", "float64")),
+    "cast-i32-f32": ("default", _cast("int32", "float32")),
+    "cast-i32-int8": ("default", _cast("int32", "int8")),
+    "cast-i8-i32": ("default", _cast("int8", "int32")),
+    "round": ("default", _unary("round")),
+    "floor": ("default", _unary("floor")),
+    "ceil": ("default", _unary("ceil")),
+    "negative": ("default", _unary("negative")),
+    "sqrt": ("default", _unary("sqrt")),
+    "rsqrt": ("default", _unary("rsqrt", positive=True)),
+    "exp": ("default", _unary("exp")),
+    "log": ("default", _unary("log")),
+    "sigmoid": ("default", _unary("sigmoid")),
+    "tanh": ("default", _unary("tanh")),
+    "clip": ("default", lambda seed, shape: relay.clip(_c(_data(shape, "float32", seed)), -1.5, 2.0)),
+    "transpose": ("default", lambda seed, shape: relay.transpose(_c(_data(shape, "float32", seed)))),
+    "expand_dims": (
+        "default",
+        lambda seed, shape: relay.expand_dims(_c(_data(shape, "float32", seed)), axis=1),
+    ),
+}
+for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum"):
+    for _dtype in ("float32", "int32"):
+        for _broadcast in ("full", "row", "column"):
+            CASES[f"{_name}-{_dtype}-{_broadcast}"] = ("default", _binary(_name, _dtype, _broadcast))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(
+    "shapes", [SHAPES_2D, pytest.param(SHAPES_3D, marks=pytest.mark.slow)], ids=["2d", "3d"]
+)
+def test_shape_generic_kernels_are_bit_identical_to_stock(case, shapes, monkeypatch):
+    policy, build = CASES[case]
+    calls = [build(seed, shape) for seed, shape in enumerate(shapes)]
+    spy = _Spy(monkeypatch)
+    ours, stock = _fold_both(calls, policy)
+    tvm.ir.assert_structural_equal(ours, stock)
+    # All three calls went through one shape-generic kernel, not the batched fallback.
+    assert spy.made == [[True, len(shapes)]], spy.made
+
+
+def _quantize_chain(shapes: Sequence[Tuple[int, int]]) -> tvm.IRModule:
+    return _tuple_module([_quantize(0, "int8", True)(seed, shape) for seed, shape in enumerate(shapes)])
+
+
+@pytest.fixture
+def kernel_builds():
+    """Counts the kernel builds of the interpreter (``relay.backend.build``) inside the block."""
+    name = "relay.backend.build"
+    real = tvm.get_global_func(name)
+    counter = {"builds": 0}
+
+    def counting(*args):
+        counter["builds"] += 1
+        return real(*args)
+
+    tvm.register_func(name, counting, override=True)
+    try:
+        yield counter
+    finally:
+        tvm.register_func(name, real, override=True)
+
+
+def _builds(counter: Dict[str, int], fold: Callable[[], object]) -> int:
+    before = counter["builds"]
+    fold()
+    return counter["builds"] - before
+
+
+def test_distinct_shapes_of_one_signature_compile_one_set_of_kernels(kernel_builds):
+    """Per-channel quantize of 3 and of 8 differently shaped weights builds the same kernels
+    (the ops of its canonical form and their shape functions), in one prepared function."""
+    few = _quantize_chain([(17 + i, 16 + i) for i in range(3)])
+    many = _quantize_chain([(17 + i, 16 + i) for i in range(8)])
+    builds_few = _builds(kernel_builds, lambda: fgr.fold(few, policy="fold-qnn"))
+    result = fgr.fold(many, policy="fold-qnn")
+    builds_many = _builds(kernel_builds, lambda: fgr.fold(many, policy="fold-qnn"))
+    assert builds_few == builds_many > 0
+    assert result.report.evaluation_runs == 1
+    tvm.ir.assert_structural_equal(
+        result.mod, relay.transform.FoldConstant(fold_qnn=True)(many)
+    )
+
+
+def test_repeated_shapes_reuse_stocks_static_kernels(kernel_builds, monkeypatch):
+    """Six calls of one shape: one static prepared function (no shape functions), as many
+    builds as a single call's batched evaluation."""
+    one = _quantize_chain([(8, 8)])
+    six = _tuple_module([_quantize(0, "int8", True)(seed, (8, 8)) for seed in range(6)])
+    builds_one = _builds(kernel_builds, lambda: fgr.fold(one, policy="fold-qnn"))
+    spy = _Spy(monkeypatch)
+    builds_six = _builds(kernel_builds, lambda: fgr.fold(six, policy="fold-qnn"))
+    assert builds_six == builds_one
+    assert spy.made == [[False, 6]]
+
+
+@pytest.mark.parametrize(
+    "build, why",
+    [
+        (lambda seed, shape: relay.sum(_c(_data(shape, "float32", seed)), axis=1), "a reduction"),
+        (lambda seed, shape: relay.nn.softmax(_c(_data(shape, "float32", seed))), "a reduction"),
+        (
+            lambda seed, shape: relay.reshape(_c(_data(shape, "float32", seed)), (-1,)),
+            "attributes tied to the shape",
+        ),
+        (_cast("float32", "int8"), "a cast whose out-of-range values differ with Any shapes"),
+        (_cast("float32", "uint8"), "a cast whose out-of-range values differ with Any shapes"),
+        (_dequantize(0, "int8", True), "per-channel dequantize: hhb's lowering needs static dims"),
+    ],
+    ids=["sum", "softmax", "reshape", "cast-f32-int8", "cast-f32-uint8", "dequantize-axis0"],
+)
+def test_excluded_signatures_keep_static_kernels_per_shape(build, why, kernel_builds, monkeypatch):
+    """Signatures not allowed shape-generic kernels (``why`` says why) get none: differently shaped
+    calls compile kernels per shape, as in stock, and stay bit-identical to it."""
+    shapes = SHAPES_2D
+    calls = [build(seed, shape) for seed, shape in enumerate(shapes)]
+    forms = [_kernels.kernel_form(call) for call in calls]
+    assert all(form is not None and not form.shape_generic for form in forms)
+    policy = "fold-qnn" if calls[0].op.name.startswith("qnn.") else "default"
+    spy = _Spy(monkeypatch)
+    builds_one = _builds(kernel_builds, lambda: fgr.fold(_tuple_module(calls[:1]), policy=policy))
+    builds_all = _builds(kernel_builds, lambda: fgr.fold(_tuple_module(calls), policy=policy))
+    assert builds_all >= len(shapes) * builds_one > 0
+    assert spy.made == []  # lone static signatures: the batched path
+    ours, stock = _fold_both(calls, policy)
+    tvm.ir.assert_structural_equal(ours, stock)
+
+
+def test_qnn_ops_that_read_constant_values_stay_batched():
+    """``qnn.requantize`` computes its fixed-point multipliers from the scale constants' values
+    during canonicalization: with a parameter in their place it would lower differently, so its
+    calls keep the batched path, which evaluates the very expression stock evaluates."""
+    scales = relay.const(np.linspace(0.01, 0.2, 4, dtype="float32"))
+    zero = relay.const(0)
+    call = relay.qnn.op.requantize(
+        relay.const(np.arange(12, dtype="int32").reshape(3, 4)),
+        scales,
+        zero,
+        relay.const(np.float32(0.05)),
+        zero,
+        axis=1,
+    )
+    mod = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([], call)))
+    assert _kernels.kernel_form(mod["main"].body) is None
+    tvm.ir.assert_structural_equal(
+        fgr.fold(mod, policy="fold-qnn").mod, relay.transform.FoldConstant(fold_qnn=True)(mod)
+    )
+
+
+def test_scalars_that_differ_only_in_bits_do_not_share_a_kernel():
+    """``add(A, 0.0)`` and ``add(A, -0.0)`` differ only in the sign of a scalar inlined as an
+    immediate (``-0.0 + 0.0`` is ``0.0``; ``-0.0 + -0.0`` is ``-0.0``): two forms, each bit-exact."""
+    data = np.array([[-0.0, 0.0, 1.0], [-0.0, -0.0, 2.0]], dtype="float32")
+    calls = [relay.add(relay.const(data), relay.const(np.float32(zero))) for zero in (0.0, -0.0)]
+    taller = np.concatenate([data, -data[:1]])
+    calls += [relay.add(relay.const(taller), relay.const(np.float32(zero))) for zero in (0.0, -0.0)]
+    forms = {_kernels.kernel_form(call).key for call in calls}
+    assert len(forms) == 2
+    ours, stock = _fold_both(calls, "default")
+    tvm.ir.assert_structural_equal(ours, stock)
+
+
+def test_a_failing_prepared_call_falls_back_and_is_reported(monkeypatch):
+    """A call the prepared kernel cannot evaluate goes to the batched path, which evaluates it as
+    stock does; when that fails too it is kept (evaluation failed, named), the others still fold,
+    and ``strict`` raises naming it."""
+    real_call = _kernels.PreparedKernel.__call__
+    real_run = _evaluate._run
+    bad_rows = 19
+
+    def is_bad(expr: relay.Expr) -> bool:
+        return int(expr.args[0].data.shape[0]) == bad_rows
+
+    def call(self, expr):
+        if is_bad(expr):
+            raise tvm.TVMError("a kernel failed")
+        return real_call(self, expr)
+
+    def run(exprs):
+        if any(is_bad(expr) for expr in exprs):
+            raise tvm.TVMError("a kernel failed in the batch too")
+        return real_run(exprs)
+
+    monkeypatch.setattr(_kernels.PreparedKernel, "__call__", call)
+    monkeypatch.setattr(_evaluate, "_run", run)
+    mod = _quantize_chain([(17, 16), (18, 17), (bad_rows, 18), (20, 19)])
+    result = fgr.fold(mod, policy="fold-qnn")
+    reasons = [d.reason for d in result.plan.decisions if d.op == "qnn.quantize"]
+    assert reasons.count(Reason.EVAL_FAILED) == 1 and reasons.count(Reason.FOLDED) == 3
+    (failed,) = [d for d in result.plan.decisions if d.reason is Reason.EVAL_FAILED]
+    assert "a kernel failed in the batch too" in failed.detail
+    assert len(op_calls(result.mod, "qnn.quantize")) == 1
+    with pytest.raises(fold_guard.FoldNotPossibleError, match=r"evaluating %\d+ = qnn.quantize failed"):
+        fgr.fold(mod, policy="fold-qnn", strict=True)
