@@ -4,10 +4,11 @@ Stock ``FoldConstant`` evaluates one call at a time with ``relay.backend.interpr
 ``EvalFunction`` (SimplifyInference, QNN Legalize/Canonicalize, FuseOps at level 0, LowerTE,
 one build), so every call pays for a whole compilation. Here, per dependency level:
 
-* calls that share their kernels (one op signature; see :mod:`fold_guard.relay._kernels`) are
-  evaluated by one function prepared once through that same pipeline and applied to each call's
-  constants; for the elementwise ops of ``SHAPE_GENERIC_OPS`` the function's shapes are
-  abstracted, so differently shaped calls of one signature share one set of kernels;
+* elementwise calls of one signature (op, attributes, dtypes, scalar operands; see
+  :mod:`fold_guard.relay._kernels`) are evaluated as one call on their flattened, concatenated
+  operands, whatever their shapes, so each such signature compiles its kernels once;
+* other calls of one exact signature (repeated layers) are evaluated by one function prepared
+  once through stock's pipeline and applied to each call's constants;
 * every other call goes into one tuple and one ``EvalFunction`` (chunks of
   MAX_SIGNATURES_PER_RUN signatures): the pipeline runs once, identical kernels are lowered once
   (the TE compiler caches them within a run), and each call is exactly the expression stock
@@ -23,8 +24,7 @@ length of the longest chain of folded calls below it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -34,7 +34,16 @@ from .._core.driver import has_inputs
 from .._core.errors import PlanInvariantError
 from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan, evaluation_error
-from ._kernels import KernelForm, PreparedKernel, kernel_form, same_attrs
+from ._kernels import (
+    MAX_FLAT_ELEMENTS,
+    FlatForm,
+    PreparedKernel,
+    flat_form,
+    flatten,
+    prepared_key,
+    same_attrs,
+    unflatten,
+)
 from ._lower import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
 from ._stock import NDARRAY_SIZE_OP, evaluation_target
 
@@ -169,7 +178,7 @@ def evaluate_plan(
     failures: Dict[int, str] = {}
     runs = 0
     graph = plan.graph
-    kernels: OrderedDict[KernelKey, PreparedKernel] = OrderedDict()
+    kernels: Kernels = {}
     for level in _levels(plan, values):
         pending: List[int] = []
         for node_id in level:
@@ -180,8 +189,8 @@ def evaluate_plan(
             else:
                 pending.append(node_id)
         exprs = [_expression(sites[node_id], values) for node_id in pending]
-        batched, prepared_runs = _evaluate_prepared(pending, exprs, values, kernels)
-        runs += prepared_runs
+        batched, shared_runs = _evaluate_shared(pending, exprs, values, kernels)
+        runs += shared_runs
         batched_exprs = [exprs[position] for position in batched]
         for chunk in _chunks(batched_exprs):
             chunk_ids = [pending[batched[position]] for position in chunk]
@@ -201,76 +210,111 @@ def evaluate_plan(
 #: that recurs on a later level is not prepared again while it stays among them.
 MAX_PREPARED_KERNELS = 16
 
-#: A prepared function's cache key: the form's key (shape-generic) or its static key, and which.
-KernelKey = Tuple[Tuple[object, ...], bool]
+Kernels = Dict[Tuple[object, ...], PreparedKernel]
 
 
-def _groups(exprs: Sequence[relay.Expr]) -> Tuple[Dict[KernelKey, List[int]], List[int]]:
-    """Positions of ``exprs`` grouped by the prepared function that evaluates them, and the rest.
+def _evaluate_shared(
+    node_ids: Sequence[int], exprs: Sequence[relay.Expr], values: Values, kernels: Kernels
+) -> Tuple[List[int], int]:
+    """Evaluate the calls of ``exprs`` that can share kernels into ``values``.
 
-    A signature goes shape-generic only where that saves kernels: when its calls have more than
-    one static shape. Otherwise its calls share the static kernels stock compiles.
+    Returns the positions left for the batched path (calls with nothing to share, and any call
+    the shared paths failed on: the batched path evaluates it as stock does and reports why) and
+    the number of interpreter runs made.
     """
-    forms: Dict[int, KernelForm] = {}
+    rest, runs = _evaluate_flattened(node_ids, exprs, values)
+    left, prepared = _evaluate_prepared(node_ids, exprs, rest, values, kernels)
+    return left, runs + prepared
+
+
+def _evaluate_flattened(
+    node_ids: Sequence[int], exprs: Sequence[relay.Expr], values: Values
+) -> Tuple[List[int], int]:
+    """Elementwise calls of one signature, several at a time, as one call on 1-D operands."""
     rest: List[int] = []
-    by_form: Dict[Tuple[object, ...], List[int]] = {}
+    groups: Dict[Tuple[object, ...], List[Tuple[int, FlatForm]]] = {}
     for position, expr in enumerate(exprs):
-        form = kernel_form(expr)
-        if form is None:
+        form = flat_form(expr)
+        if form is None or form.size > MAX_FLAT_ELEMENTS:
             rest.append(position)
-            continue
-        forms[position] = form
-        by_form.setdefault(form.key, []).append(position)
-    groups: Dict[KernelKey, List[int]] = {}
-    for positions in by_form.values():
-        template = exprs[positions[0]]
-        generic = forms[positions[0]].shape_generic and (
-            len({forms[position].static_key for position in positions}) > 1
-        )
-        for position in positions:
-            if not same_attrs(exprs[position], template):
-                rest.append(position)  # a hash collision of attributes: let the batch decide
+        else:
+            groups.setdefault(form.key, []).append((position, form))
+    runs = 0
+    for members in groups.values():
+        template = exprs[members[0][0]]
+        same = [(p, f) for p, f in members if same_attrs(exprs[p], template)]
+        rest.extend(p for p, _ in members if not same_attrs(exprs[p], template))
+        for chunk in _element_chunks(same):
+            if len(chunk) < 2:
+                rest.extend(p for p, _ in chunk)  # nothing to share
                 continue
-            form = forms[position]
-            key = (form.key, True) if generic else (form.static_key, False)
-            groups.setdefault(key, []).append(position)
-    return groups, rest
+            calls = [exprs[p] for p, _ in chunk]
+            forms = [f for _, f in chunk]
+            runs += 1
+            try:
+                (value,) = _run([flatten(calls, forms)])
+                parts = unflatten(value.data, forms)
+            except Exception:  # noqa: BLE001 - any failure: evaluate the calls one way stock does
+                rest.extend(p for p, _ in chunk)
+                continue
+            for (position, _), part in zip(chunk, parts):
+                values[node_ids[position]] = part
+    return sorted(rest), runs
+
+
+def _element_chunks(members: Sequence[Tuple[int, FlatForm]]) -> List[List[Tuple[int, FlatForm]]]:
+    chunks: List[List[Tuple[int, FlatForm]]] = [[]]
+    size = 0
+    for member in members:
+        if chunks[-1] and size + member[1].size > MAX_FLAT_ELEMENTS:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(member)
+        size += member[1].size
+    return chunks
 
 
 def _evaluate_prepared(
-    node_ids: Sequence[int], exprs: Sequence[relay.Expr], values: Values, kernels: OrderedDict[KernelKey, PreparedKernel]
+    node_ids: Sequence[int],
+    exprs: Sequence[relay.Expr],
+    positions: Sequence[int],
+    values: Values,
+    kernels: Kernels,
 ) -> Tuple[List[int], int]:
-    """Evaluate the calls of ``exprs`` that share kernels into ``values``.
-
-    Returns the positions left for the batched path (calls without a form, lone calls whose
-    kernels are not prepared already, and any call the prepared path failed on) and the number
-    of functions prepared.
-    """
-    groups, batched = _groups(exprs)
+    """Calls of one exact signature through one prepared function (repeated layers' kernels once)."""
+    rest: List[int] = []
+    groups: Dict[Tuple[object, ...], List[int]] = {}
+    for position in positions:
+        key = prepared_key(exprs[position])
+        if key is None:
+            rest.append(position)
+        else:
+            groups.setdefault(key, []).append(position)
     prepared = 0
-    for key, positions in groups.items():
-        kernel: Optional[PreparedKernel] = kernels.get(key)
+    for key, members in groups.items():
+        template = exprs[members[0]]
+        same = [p for p in members if same_attrs(exprs[p], template)]
+        rest.extend(p for p in members if p not in same)
+        kernel = kernels.pop(key, None)
         if kernel is None:
-            if len(positions) < 2:
-                batched.extend(positions)  # nothing to share: one batched run serves it as well
+            if len(same) < 2:
+                rest.extend(same)  # nothing to share: one batched run serves it as well
                 continue
             prepared += 1
             try:
-                kernel = PreparedKernel(exprs[positions[0]], shape_generic=key[1])
+                kernel = PreparedKernel(template)
             except Exception:  # noqa: BLE001 - any failure: the batched path evaluates as stock
-                batched.extend(positions)
+                rest.extend(same)
                 continue
-            kernels[key] = kernel
-            while len(kernels) > MAX_PREPARED_KERNELS:
-                kernels.popitem(last=False)
-        kernels.move_to_end(key)
-        for position in positions:
+        kernels[key] = kernel  # (re)inserted last: the most recently used
+        while len(kernels) > MAX_PREPARED_KERNELS:
+            del kernels[next(iter(kernels))]
+        for position in same:
             try:
                 values[node_ids[position]] = _to_expr(kernel(exprs[position]))
             except Exception:  # noqa: BLE001 - the batched path evaluates it and reports why
-                batched.append(position)
-    batched.sort()
-    return batched, prepared
+                rest.append(position)
+    return sorted(rest), prepared
 
 
 def _run_chunk(

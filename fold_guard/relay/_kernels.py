@@ -1,34 +1,31 @@
-"""Evaluate many folded calls of one op signature through one prepared interpreter function.
+"""Evaluate many folded calls of one op signature with one set of kernels.
 
 Stock ``FoldConstant`` evaluates ``op(<constants>)`` with the interpreter's ``EvalFunction``:
 SimplifyInference, QNN Legalize/Canonicalize, FuseOps at level 0, LowerTE, then one kernel build
-per primitive function. Here a group of calls that compile to the same kernels is evaluated by
-one ``relay.Function`` over the group's tensor operands, prepared once by ``EvalFunction`` (the
-same pipeline, the same fresh PassContext, the same target) and then applied to each call's
-constants. Scalar constants stay in the body as constants, as in stock's expression: FuseOps
-and LowerTE inline them into the kernel as immediates, and QNN canonicalization branches on
-whether a scale or zero point is a constant scalar.
+per primitive function, for every call and every shape. Two ways to share that work, both
+through the same pipeline, fresh PassContext and target as stock:
 
-Two forms:
-
-* **static**: the parameters carry the call's own tensor types. After FuseOps at level 0 every
-  op is its own primitive function whose parameters are the tensor operands (stock does not link
-  constants into kernels), so each primitive function, and so each kernel, is the one stock
-  lowers for that call. Calls repeated with one shape (transformer-like layers) compile once and
-  skip the per-call preparation.
-* **shape-generic**: for the ops of :data:`SHAPE_GENERIC_OPS` only, every dimension other than 1
-  becomes ``relay.Any()`` (a dimension of 1 stays static: broadcasting depends on it), so
-  differently shaped calls of one signature share one set of kernels, plus their shape functions.
-  Each op there computes every output element from the input elements at the corresponding
-  index alone, by arithmetic that does not depend on the shape, and its attributes say nothing
-  about shapes; the kernels differ from the static ones only in loop bounds and vectorization,
-  which cannot change an element's bits on the evaluation target (x86-64 baseline: no FMA).
-  ``tests/relay/test_shape_generic.py`` checks each op against stock, bit for bit.
-
-QNN ops whose canonicalization reads the *values* of constant tensor operands (requantize's
-per-channel multipliers, for one) would lower differently with a parameter in their place, so
-only :data:`QNN_READ_TYPES_ONLY` QNN ops take this path at all; the rest stay on the batched path
-of :mod:`fold_guard.relay._evaluate`, which evaluates the very expression stock evaluates.
+* **flattened** (:func:`flat_form`, :func:`flatten`): for the elementwise ops of
+  :data:`ELEMENTWISE_OPS`, every output element is the op's scalar arithmetic on the operand
+  elements at the same (broadcast) index, and nothing else. So the calls of one signature are
+  evaluated as *one* call on 1-D operands: each tensor operand broadcast to its call's output
+  shape on the host (an exact copy of elements), flattened and concatenated with the other
+  calls'; per-channel QNN scales and zero points are broadcast along their axis the same way.
+  The result is split and reshaped back. Scalar operands stay scalar constants, as in stock's
+  expression (FuseOps and LowerTE inline them into the kernel as immediates, and QNN
+  canonicalization branches on them), and are part of the signature bit for bit. The kernels
+  differ from stock's only in loop bounds and vectorization, which cannot change an element's
+  bits on the evaluation target (x86-64 baseline: no FMA); ``tests/relay/test_shape_generic.py``
+  checks every op against stock bit for bit, at the corners of its arithmetic.
+* **prepared** (:class:`PreparedKernel`): calls of one exact signature (op, attributes, operand
+  types, scalar values) are evaluated by one ``relay.Function`` over their tensor operands,
+  prepared once and applied to each call's constants. After FuseOps at level 0 every op is its
+  own primitive function whose parameters are the tensor operands (stock does not link
+  constants into kernels), so each kernel is the one stock lowers for that call. Only ops whose
+  lowering reads operand *types* qualify: QNN ops other than quantize / dequantize read tensor
+  constants' values while canonicalizing (requantize's per-channel multipliers) and stay on the
+  batched path of :mod:`fold_guard.relay._evaluate`, which evaluates the very expression stock
+  evaluates.
 """
 
 from __future__ import annotations
@@ -36,18 +33,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
 import tvm
 from tvm import relay
 
 from ._stock import evaluation_target
 
 __all__ = [
+    "ELEMENTWISE_OPS",
+    "MAX_FLAT_ELEMENTS",
     "QNN_READ_TYPES_ONLY",
-    "SHAPE_GENERIC_OPS",
-    "KernelForm",
+    "FlatForm",
     "PreparedKernel",
-    "kernel_form",
+    "flat_form",
+    "flatten",
+    "prepared_key",
     "same_attrs",
+    "unflatten",
 ]
 
 #: QNN ops whose canonicalization (``FTVMQnnCanonicalize``) reads only the types of its operands
@@ -55,13 +57,17 @@ __all__ = [
 #: (``QuantizeLower`` / ``DequantizeLower`` in ``src/relay/qnn/op/``).
 QNN_READ_TYPES_ONLY = frozenset({"qnn.quantize", "qnn.dequantize"})
 
-#: Ops evaluated with shape-generic kernels: per-element (or pure data movement), attributes
-#: independent of the shape, a registered shape function, and checked bit-identical to stock.
-SHAPE_GENERIC_OPS = frozenset(
-    {
-        "qnn.quantize",
-        "qnn.dequantize",
-        # unary elementwise
+#: QNN ops flattened with their per-channel operands broadcast along ``axis``.
+_QNN_PER_AXIS = {"qnn.quantize": relay.qnn.op.quantize, "qnn.dequantize": relay.qnn.op.dequantize}
+
+#: Ops evaluated flattened: each output element depends only on the operand elements at its
+#: (broadcast) index, through arithmetic that does not depend on the shape, and the attributes
+#: say nothing about shapes (other than a QNN op's channel axis). Each is checked bit-identical
+#: to stock in tests/relay/test_shape_generic.py.
+ELEMENTWISE_OPS = frozenset(
+    set(_QNN_PER_AXIS)
+    | {
+        # unary
         "cast",
         "round",
         "floor",
@@ -74,135 +80,216 @@ SHAPE_GENERIC_OPS = frozenset(
         "log",
         "sigmoid",
         "tanh",
-        # binary broadcasting
+        # binary, broadcasting
         "add",
         "subtract",
         "multiply",
         "divide",
         "maximum",
         "minimum",
-        # data movement
-        "transpose",
-        "expand_dims",
     }
 )
 
-#: One tensor operand as a kernel sees it: dtype and shape (None for a dimension made ``Any``).
-TensorKey = Tuple[str, Tuple[Optional[int], ...]]
+#: Output elements of one flattened evaluation. It holds every operand broadcast to the output
+#: shape plus the output, so this bounds its memory (about 100 MiB for float32 binary ops); a
+#: call larger than this alone is evaluated as it is.
+MAX_FLAT_ELEMENTS = 1 << 23
 
-
-@dataclass(frozen=True)
-class KernelForm:
-    """What decides the kernels of a call evaluated through a prepared function.
-
-    ``key`` is hashable and equal for calls that share kernels: op, attributes (structural
-    hash), and per operand either a scalar's dtype and value or a tensor's :data:`TensorKey`.
-    ``static_key`` is the same with every tensor's full shape.
-    """
-
-    key: Tuple[object, ...]
-    static_key: Tuple[object, ...]
-    shape_generic: bool
+#: Integer dtypes a float cast may be flattened to. A float outside the target's range has no
+#: defined integer value (LLVM: poison); x86 gives the 32-bit "integer indefinite" either way for
+#: these, but a narrower cast truncates a 32-bit conversion in scalar code and packs differently
+#: in vector code, so kernels of different shapes disagree on such values (measured: float32 ->
+#: int8 / uint8 of 300.0 and 3e9 between the static and a shape-generic kernel).
+_FLOAT_CAST_TARGETS = frozenset({"int32", "int64"})
 
 
 def _is_scalar(arg: relay.Constant) -> bool:
     return not arg.data.shape
 
 
-def _qnn_reads_values(op: tvm.ir.Op) -> bool:
-    if not op.name.startswith("qnn."):
-        return False
-    return op.name not in QNN_READ_TYPES_ONLY
+def _scalar_key(arg: relay.Constant) -> Tuple[object, ...]:
+    # Inlined as an immediate: its value is part of the kernel, bit for bit (-0.0 is not 0.0,
+    # and every NaN payload is its own).
+    return ("scalar", str(arg.data.dtype), arg.data.numpy().tobytes())
 
 
-#: Integer dtypes a float cast may go shape-generic to. A float outside the target's range has
-#: no defined integer value (LLVM: poison); x86 gives the 32-bit "integer indefinite" either
-#: way for these, but a narrower cast truncates a 32-bit conversion in scalar code and packs
-#: differently in vector code, so static and Any-shaped kernels disagree on such values
-#: (measured: float32 -> int8 / uint8 of 300.0 and 3e9).
-_FLOAT_CAST_TARGETS = frozenset({"int32", "int64"})
-
-
-def _shape_generic(expr: relay.Call) -> bool:
-    """Whether ``expr``'s kernels may be compiled with ``Any`` dimensions, bit-identically."""
-    name = expr.op.name
-    if name not in SHAPE_GENERIC_OPS:
-        return False
-    if name == "cast":
-        source, target = str(expr.args[0].data.dtype), str(expr.attrs.dtype)
-        narrowing = source.startswith(("float", "bfloat")) and not target.startswith(
-            ("float", "bfloat")
-        )
-        return not narrowing or target in _FLOAT_CAST_TARGETS
-    if name == "qnn.dequantize":
-        # hhb-tvm's per-channel DequantizeLower reads the input's dimensions as constants
-        # (it fails on Any); per-tensor scale and zero point lower without expansion.
-        return all(_is_scalar(arg) for arg in expr.args[1:])
-    return True
-
-
-def kernel_form(expr: relay.Expr) -> Optional[KernelForm]:
-    """The form of ``expr`` (an op applied to constants), or None if it must stay batched.
-
-    None for calls with a tuple operand (concatenate's) and for QNN ops whose lowering reads
-    constant values.
-    """
-    if not isinstance(expr, relay.Call) or not isinstance(expr.op, tvm.ir.Op):
-        return None
-    if _qnn_reads_values(expr.op):
-        return None
-    if not all(isinstance(arg, relay.Constant) for arg in expr.args):
-        return None
-    generic = _shape_generic(expr)
-    attrs = 0 if expr.attrs is None else tvm.ir.structural_hash(expr.attrs)
-    static_args: List[object] = []
-    generic_args: List[object] = []
-    for arg in expr.args:
-        dtype = str(arg.data.dtype)
-        if _is_scalar(arg):
-            # Inlined as an immediate: its value is part of the kernel, bit for bit (-0.0 is
-            # not 0.0, and every NaN payload is its own).
-            described: object = ("scalar", dtype, arg.data.numpy().tobytes())
-            static_args.append(described)
-            generic_args.append(described)
-            continue
-        shape = tuple(int(d) for d in arg.data.shape)
-        static_args.append(("tensor", dtype, shape))
-        generic_args.append(("tensor", dtype, tuple(d if d == 1 else None for d in shape)))
-    static_key = (expr.op.name, attrs, tuple(static_args))
-    key = (expr.op.name, attrs, tuple(generic_args)) if generic else static_key
-    return KernelForm(key, static_key, generic)
+def _attrs_key(expr: relay.Call) -> int:
+    return 0 if expr.attrs is None else int(tvm.ir.structural_hash(expr.attrs))
 
 
 def same_attrs(a: relay.Call, b: relay.Call) -> bool:
-    """Whether two calls of one form have equal attributes (the form keys on their hash only)."""
+    """Whether two calls have equal attributes (forms key on their hash only)."""
     if a.attrs is None or b.attrs is None:
         return a.attrs is None and b.attrs is None
     return bool(tvm.ir.structural_equal(a.attrs, b.attrs))
 
 
+def _constant_args(expr: relay.Expr) -> bool:
+    return (
+        isinstance(expr, relay.Call)
+        and isinstance(expr.op, tvm.ir.Op)
+        and all(isinstance(arg, relay.Constant) for arg in expr.args)
+    )
+
+
+# --- flattened -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlatForm:
+    """A call's flattened signature (``key``) and the shape its elements are laid out in."""
+
+    key: Tuple[object, ...]
+    out_shape: Tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.out_shape, dtype=np.int64))
+
+
+def _flat_attrs_key(expr: relay.Call) -> object:
+    if expr.op.name in _QNN_PER_AXIS:
+        return str(expr.attrs.out_dtype)  # the axis only says how operands broadcast
+    return _attrs_key(expr)
+
+
+def flat_form(expr: relay.Expr) -> Optional[FlatForm]:
+    """The flattened form of ``expr`` (an op applied to constants), or None if it has none."""
+    if not _constant_args(expr) or expr.op.name not in ELEMENTWISE_OPS:
+        return None
+    name = expr.op.name
+    shapes = [tuple(int(d) for d in arg.data.shape) for arg in expr.args]
+    if name in _QNN_PER_AXIS:
+        out_shape = shapes[0]
+        if not out_shape:
+            return None
+        axis = int(expr.attrs.axis)
+        if not -len(out_shape) <= axis < len(out_shape):
+            return None
+        if any(shape and shape not in ((1,), (out_shape[axis],)) for shape in shapes[1:]):
+            return None  # not per-channel along the axis: let stock's evaluation say what it is
+    else:
+        try:
+            out_shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
+        except ValueError:
+            return None
+    if name == "cast":
+        source, target = str(expr.args[0].data.dtype), str(expr.attrs.dtype)
+        if _is_float(source) and not _is_float(target) and target not in _FLOAT_CAST_TARGETS:
+            return None
+    if not out_shape or int(np.prod(out_shape)) == 0:
+        return None  # nothing to share
+    if name in _NAN_OPERAND_ORDER_OPS and _nan_meets_nan(expr, out_shape):
+        return None
+    args = tuple(
+        _scalar_key(arg) if _is_scalar(arg) else ("tensor", str(arg.data.dtype))
+        for arg in expr.args
+    )
+    return FlatForm((name, _flat_attrs_key(expr), args), out_shape)
+
+
+#: Float ops whose result, where *both* operands are NaN, is one of the two NaNs: which one (its
+#: sign and payload) depends on the operand order in the instruction, which LLVM may commute
+#: (measured: a float32 ``add`` of NaN and -NaN gave NaN in one kernel and -NaN in another).
+_NAN_OPERAND_ORDER_OPS = frozenset({"add", "subtract", "multiply", "divide"})
+
+
+def _nan_meets_nan(expr: relay.Call, out_shape: Tuple[int, ...]) -> bool:
+    """Whether some output element of ``expr`` has NaN in both operands."""
+    a, b = (arg.data.numpy() for arg in expr.args)
+    if not (_is_float(str(a.dtype)) and _is_float(str(b.dtype))):
+        return False
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if not (nan_a.any() and nan_b.any()):
+        return False
+    return bool(np.logical_and(nan_a, nan_b).any())
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def _flat_operand(expr: relay.Call, index: int, out_shape: Tuple[int, ...]) -> np.ndarray:
+    data = expr.args[index].data.numpy()
+    if expr.op.name in _QNN_PER_AXIS and index > 0:
+        # A per-channel scale or zero point: its elements run along the data's axis.
+        axis = int(expr.attrs.axis) % len(out_shape)
+        view = [1] * len(out_shape)
+        view[axis] = data.shape[0]
+        data = data.reshape(view)
+    return np.broadcast_to(data, out_shape).reshape(-1)
+
+
+def flatten(calls: Sequence[relay.Call], forms: Sequence[FlatForm]) -> relay.Call:
+    """One call computing every element of ``calls`` (one flattened signature), in order."""
+    template = calls[0]
+    args: List[relay.Expr] = []
+    for index, arg in enumerate(template.args):
+        if _is_scalar(arg):
+            args.append(arg)
+            continue
+        parts = [_flat_operand(call, index, form.out_shape) for call, form in zip(calls, forms)]
+        args.append(relay.const(np.concatenate(parts)))
+    if template.op.name in _QNN_PER_AXIS:
+        build = _QNN_PER_AXIS[template.op.name]
+        return build(*args, axis=0, out_dtype=str(template.attrs.out_dtype))
+    return relay.Call(template.op, args, template.attrs, None, template.span)
+
+
+def unflatten(value: tvm.nd.NDArray, forms: Sequence[FlatForm]) -> List[relay.Constant]:
+    """The flattened result ``value`` split back into one constant per call."""
+    data = value.numpy()
+    results: List[relay.Constant] = []
+    start = 0
+    for form in forms:
+        part = data[start : start + form.size].reshape(form.out_shape)
+        results.append(relay.Constant(tvm.nd.array(np.ascontiguousarray(part))))
+        start += form.size
+    return results
+
+
+# --- prepared ------------------------------------------------------------------------------------
+
+
+def prepared_key(expr: relay.Expr) -> Optional[Tuple[object, ...]]:
+    """The exact signature of ``expr`` (an op applied to constants), or None if it must stay batched.
+
+    None for calls with a tuple operand (concatenate's) and for QNN ops whose lowering reads
+    constant values.
+    """
+    if not _constant_args(expr):
+        return None
+    name = expr.op.name
+    if name.startswith("qnn.") and name not in QNN_READ_TYPES_ONLY:
+        return None
+    args = tuple(
+        _scalar_key(arg)
+        if _is_scalar(arg)
+        else ("tensor", str(arg.data.dtype), tuple(int(d) for d in arg.data.shape))
+        for arg in expr.args
+    )
+    return (name, _attrs_key(expr), args)
+
+
 class PreparedKernel:
     """``op`` over parameters, prepared once by the interpreter and applied to each call's constants.
 
-    ``template`` is one call of the group (an op applied to constants); with ``shape_generic``
-    the parameters' non-1 dimensions are ``relay.Any()``. Kernels compile on the first
-    application and live as long as this object.
+    ``template`` is one call of a group of calls with one :func:`prepared_key`. Kernels compile
+    on the first application and live as long as this object.
     """
 
-    def __init__(self, template: relay.Call, *, shape_generic: bool) -> None:
+    def __init__(self, template: relay.Call) -> None:
         params: List[relay.Var] = []
         body_args: List[relay.Expr] = []
         for position, arg in enumerate(template.args):
             if _is_scalar(arg):
                 body_args.append(arg)
                 continue
-            shape = [relay.Any() if shape_generic and int(d) != 1 else int(d) for d in arg.data.shape]
-            param = relay.var(f"p{position}", relay.TensorType(shape, str(arg.data.dtype)))
+            param = relay.var(f"p{position}", relay.TensorType(arg.data.shape, str(arg.data.dtype)))
             params.append(param)
             body_args.append(param)
-        # Type arguments are solved again for the parameters' types.
-        type_args = [] if shape_generic else template.type_args
-        body = relay.Call(template.op, body_args, template.attrs, type_args, template.span)
+        body = relay.Call(template.op, body_args, template.attrs, template.type_args, template.span)
+        # A fresh PassContext, as stock's ConstEvaluate.
         with tvm.transform.PassContext():
             executor = relay.create_executor(
                 "debug", mod=tvm.IRModule(), device=tvm.cpu(0), target=evaluation_target()
@@ -210,8 +297,8 @@ class PreparedKernel:
             self._apply = executor.evaluate(relay.Function(params, body))
 
     def __call__(self, call: relay.Call) -> object:
-        """The interpreter's value of ``call`` (same form as the template): an NDArray or a tuple."""
+        """The interpreter's value of ``call`` (same key as the template): an NDArray or a tuple."""
         tensors: Sequence[relay.Expr] = [arg for arg in call.args if not _is_scalar(arg)]
-        # A fresh PassContext, as stock's ConstEvaluate: kernels are built on first use.
+        # Kernels are built on first use, so under a fresh PassContext too.
         with tvm.transform.PassContext():
             return self._apply(*tensors)
