@@ -24,6 +24,7 @@ length of the longest chain of folded calls below it.
 
 from __future__ import annotations
 
+import itertools
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
@@ -35,11 +36,10 @@ from .._core.errors import PlanInvariantError
 from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan, evaluation_error
 from ._kernels import (
-    MAX_FLAT_ELEMENTS,
     FlatForm,
     PreparedKernel,
+    flat_calls,
     flat_form,
-    flatten,
     prepared_key,
     same_attrs,
     unflatten,
@@ -220,58 +220,70 @@ def _evaluate_shared(
 
     Returns the positions left for the batched path (calls with nothing to share, and any call
     the shared paths failed on: the batched path evaluates it as stock does and reports why) and
-    the number of interpreter runs made.
+    the number of functions prepared (interpreter runs).
     """
-    rest, runs = _evaluate_flattened(node_ids, exprs, values)
+    rest, flattened = _evaluate_flattened(node_ids, exprs, values, kernels)
     left, prepared = _evaluate_prepared(node_ids, exprs, rest, values, kernels)
-    return left, runs + prepared
+    return left, flattened + prepared
+
+
+def _kernel_for(template: relay.Call, kernels: Kernels) -> Tuple[PreparedKernel, int]:
+    """The prepared function of ``template``'s signature (from ``kernels``, or new: 1 run)."""
+    key = prepared_key(template)
+    assert key is not None  # an op applied to constants
+    kernel = kernels.pop(key, None)
+    made = 0
+    if kernel is None:
+        kernel, made = PreparedKernel(template), 1
+    kernels[key] = kernel  # (re)inserted last: the most recently used
+    while len(kernels) > MAX_PREPARED_KERNELS:
+        del kernels[next(iter(kernels))]
+    return kernel, made
 
 
 def _evaluate_flattened(
-    node_ids: Sequence[int], exprs: Sequence[relay.Expr], values: Values
+    node_ids: Sequence[int], exprs: Sequence[relay.Expr], values: Values, kernels: Kernels
 ) -> Tuple[List[int], int]:
-    """Elementwise calls of one signature, several at a time, as one call on 1-D operands."""
+    """Elementwise calls of one signature as calls on flattened, concatenated operands."""
     rest: List[int] = []
     groups: Dict[Tuple[object, ...], List[Tuple[int, FlatForm]]] = {}
     for position, expr in enumerate(exprs):
         form = flat_form(expr)
-        if form is None or form.size > MAX_FLAT_ELEMENTS:
+        if form is None:
             rest.append(position)
         else:
             groups.setdefault(form.key, []).append((position, form))
     runs = 0
     for members in groups.values():
         template = exprs[members[0][0]]
-        same = [(p, f) for p, f in members if same_attrs(exprs[p], template)]
         rest.extend(p for p, _ in members if not same_attrs(exprs[p], template))
-        for chunk in _element_chunks(same):
-            if len(chunk) < 2:
-                rest.extend(p for p, _ in chunk)  # nothing to share
-                continue
-            calls = [exprs[p] for p, _ in chunk]
-            forms = [f for _, f in chunk]
-            runs += 1
-            try:
-                (value,) = _run([flatten(calls, forms)])
-                parts = unflatten(value.data, forms)
-            except Exception:  # noqa: BLE001 - any failure: evaluate the calls one way stock does
-                rest.extend(p for p, _ in chunk)
-                continue
-            for (position, _), part in zip(chunk, parts):
-                values[node_ids[position]] = part
+        members = [(p, f) for p, f in members if same_attrs(exprs[p], template)]
+        if len(members) < 2:
+            rest.extend(p for p, _ in members)  # nothing to share: the batched run serves it
+            continue
+        calls = [exprs[p] for p, _ in members]
+        forms = [f for _, f in members]
+        try:
+            chunks = flat_calls(calls, forms)
+            first = next(chunks)
+            kernel, made = _kernel_for(first, kernels)
+            runs += made
+            results = (
+                _result_array(kernel(call)) for call in itertools.chain([first], chunks)
+            )
+            parts = unflatten(results, forms)
+        except Exception:  # noqa: BLE001 - any failure: evaluate the calls the way stock does
+            rest.extend(p for p, _ in members)
+            continue
+        for (position, _), part in zip(members, parts):
+            values[node_ids[position]] = part
     return sorted(rest), runs
 
 
-def _element_chunks(members: Sequence[Tuple[int, FlatForm]]) -> List[List[Tuple[int, FlatForm]]]:
-    chunks: List[List[Tuple[int, FlatForm]]] = [[]]
-    size = 0
-    for member in members:
-        if chunks[-1] and size + member[1].size > MAX_FLAT_ELEMENTS:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(member)
-        size += member[1].size
-    return chunks
+def _result_array(value: object) -> np.ndarray:
+    if not isinstance(value, tvm.nd.NDArray):
+        raise PlanInvariantError(f"a flattened call returned a {type(value).__name__}")
+    return value.numpy()
 
 
 def _evaluate_prepared(
@@ -295,20 +307,16 @@ def _evaluate_prepared(
         template = exprs[members[0]]
         same = [p for p in members if same_attrs(exprs[p], template)]
         rest.extend(p for p in members if p not in same)
-        kernel = kernels.pop(key, None)
-        if kernel is None:
-            if len(same) < 2:
-                rest.extend(same)  # nothing to share: one batched run serves it as well
-                continue
+        if key not in kernels and len(same) < 2:
+            rest.extend(same)  # nothing to share: one batched run serves it as well
+            continue
+        try:
+            kernel, made = _kernel_for(template, kernels)
+        except Exception:  # noqa: BLE001 - any failure: the batched path evaluates as stock
+            rest.extend(same)
             prepared += 1
-            try:
-                kernel = PreparedKernel(template)
-            except Exception:  # noqa: BLE001 - any failure: the batched path evaluates as stock
-                rest.extend(same)
-                continue
-        kernels[key] = kernel  # (re)inserted last: the most recently used
-        while len(kernels) > MAX_PREPARED_KERNELS:
-            del kernels[next(iter(kernels))]
+            continue
+        prepared += made
         for position in same:
             try:
                 values[node_ids[position]] = _to_expr(kernel(exprs[position]))

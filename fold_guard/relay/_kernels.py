@@ -5,18 +5,23 @@ SimplifyInference, QNN Legalize/Canonicalize, FuseOps at level 0, LowerTE, then 
 per primitive function, for every call and every shape. Two ways to share that work, both
 through the same pipeline, fresh PassContext and target as stock:
 
-* **flattened** (:func:`flat_form`, :func:`flatten`): for the elementwise ops of
+* **flattened** (:func:`flat_form`, :func:`flat_calls`): for the elementwise ops of
   :data:`ELEMENTWISE_OPS`, every output element is the op's scalar arithmetic on the operand
   elements at the same (broadcast) index, and nothing else. So the calls of one signature are
   evaluated as *one* call on 1-D operands: each tensor operand broadcast to its call's output
   shape on the host (an exact copy of elements), flattened and concatenated with the other
   calls'; per-channel QNN scales and zero points are broadcast along their axis the same way.
-  The result is split and reshaped back. Scalar operands stay scalar constants, as in stock's
+  The elements are cut into calls of exactly FLAT_CHUNK elements (the last padded), so a
+  signature compiles one set of kernels for any number and shape of calls, and the results are
+  split and reshaped back. Scalar operands stay scalar constants, as in stock's
   expression (FuseOps and LowerTE inline them into the kernel as immediates, and QNN
   canonicalization branches on them), and are part of the signature bit for bit. The kernels
   differ from stock's only in loop bounds and vectorization, which cannot change an element's
   bits on the evaluation target (x86-64 baseline: no FMA); ``tests/relay/test_shape_generic.py``
-  checks every op against stock bit for bit, at the corners of its arithmetic.
+  checks every op against stock bit for bit, at the corners of its arithmetic. Two cases do
+  depend on the kernel and stay per call: a float cast to an integer type narrower than 32 bits
+  (out-of-range values) and float add / subtract / multiply / divide where both operands are NaN
+  (which NaN comes out).
 * **prepared** (:class:`PreparedKernel`): calls of one exact signature (op, attributes, operand
   types, scalar values) are evaluated by one ``relay.Function`` over their tensor operands,
   prepared once and applied to each call's constants. After FuseOps at level 0 every op is its
@@ -31,7 +36,7 @@ through the same pipeline, fresh PassContext and target as stock:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -41,12 +46,12 @@ from ._stock import evaluation_target
 
 __all__ = [
     "ELEMENTWISE_OPS",
-    "MAX_FLAT_ELEMENTS",
+    "FLAT_CHUNK",
     "QNN_READ_TYPES_ONLY",
     "FlatForm",
     "PreparedKernel",
     "flat_form",
-    "flatten",
+    "flat_calls",
     "prepared_key",
     "same_attrs",
     "unflatten",
@@ -90,10 +95,11 @@ ELEMENTWISE_OPS = frozenset(
     }
 )
 
-#: Output elements of one flattened evaluation. It holds every operand broadcast to the output
-#: shape plus the output, so this bounds its memory (about 100 MiB for float32 binary ops); a
-#: call larger than this alone is evaluated as it is.
-MAX_FLAT_ELEMENTS = 1 << 23
+#: Elements of one flattened evaluation: every flattened call has operands of exactly this many
+#: elements (the last padded), so a signature compiles one kernel set however many elements its
+#: calls have, and one evaluation holds only its operands and intermediates (1 MiB per float32
+#: tensor). Padding a small group costs microseconds per kernel; a kernel build costs tens of ms.
+FLAT_CHUNK = 1 << 18
 
 #: Integer dtypes a float cast may be flattened to. A float outside the target's range has no
 #: defined integer value (LLVM: poison); x86 gives the 32-bit "integer indefinite" either way for
@@ -209,7 +215,12 @@ def _is_float(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
-def _flat_operand(expr: relay.Call, index: int, out_shape: Tuple[int, ...]) -> np.ndarray:
+def _flat_parts(expr: relay.Call, index: int, out_shape: Tuple[int, ...]) -> Iterator[np.ndarray]:
+    """Operand ``index`` of ``expr`` broadcast to ``out_shape`` and flattened, in pieces.
+
+    Pieces of about FLAT_CHUNK elements (whole rows), so that a large weight's per-channel scale
+    is never materialized at the weight's full size.
+    """
     data = expr.args[index].data.numpy()
     if expr.op.name in _QNN_PER_AXIS and index > 0:
         # A per-channel scale or zero point: its elements run along the data's axis.
@@ -217,34 +228,87 @@ def _flat_operand(expr: relay.Call, index: int, out_shape: Tuple[int, ...]) -> n
         view = [1] * len(out_shape)
         view[axis] = data.shape[0]
         data = data.reshape(view)
-    return np.broadcast_to(data, out_shape).reshape(-1)
+    full = np.broadcast_to(data, out_shape)
+    row = int(np.prod(out_shape[1:], dtype=np.int64))
+    rows = max(1, FLAT_CHUNK // max(row, 1))
+    for start in range(0, out_shape[0], rows):
+        yield full[start : start + rows].reshape(-1)
 
 
-def flatten(calls: Sequence[relay.Call], forms: Sequence[FlatForm]) -> relay.Call:
-    """One call computing every element of ``calls`` (one flattened signature), in order."""
+def _operand_parts(
+    calls: Sequence[relay.Call], forms: Sequence[FlatForm], index: int
+) -> Iterator[np.ndarray]:
+    for call, form in zip(calls, forms):
+        yield from _flat_parts(call, index, form.out_shape)
+
+
+def _chunked(parts: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    """``parts`` concatenated and cut into arrays of exactly FLAT_CHUNK elements.
+
+    The last one is padded by repeating its last element: padding lanes compute a value already
+    computed (no new trap, such as an integer division by zero), and are dropped.
+    """
+    pending: List[np.ndarray] = []
+    filled = 0
+    for part in parts:
+        start = 0
+        while start < part.size:
+            take = min(FLAT_CHUNK - filled, part.size - start)
+            pending.append(part[start : start + take])
+            filled += take
+            start += take
+            if filled == FLAT_CHUNK:
+                yield np.concatenate(pending)
+                pending, filled = [], 0
+    if filled:
+        yield np.pad(np.concatenate(pending), (0, FLAT_CHUNK - filled), mode="edge")
+
+
+def flat_calls(calls: Sequence[relay.Call], forms: Sequence[FlatForm]) -> Iterator[relay.Call]:
+    """Calls of one flattened signature whose elements are all those of ``calls``, in order.
+
+    Each has operands of exactly FLAT_CHUNK elements (the last one padded) and the template's
+    scalar operands and attributes (a QNN op's axis becomes 0, its operands being 1-D).
+    """
     template = calls[0]
-    args: List[relay.Expr] = []
+    streams: List[Optional[Iterator[np.ndarray]]] = []
     for index, arg in enumerate(template.args):
         if _is_scalar(arg):
-            args.append(arg)
+            streams.append(None)
             continue
-        parts = [_flat_operand(call, index, form.out_shape) for call, form in zip(calls, forms)]
-        args.append(relay.const(np.concatenate(parts)))
-    if template.op.name in _QNN_PER_AXIS:
-        build = _QNN_PER_AXIS[template.op.name]
-        return build(*args, axis=0, out_dtype=str(template.attrs.out_dtype))
-    return relay.Call(template.op, args, template.attrs, None, template.span)
+        streams.append(_chunked(_operand_parts(calls, forms, index)))
+    total = sum(form.size for form in forms)
+    for _ in range(-(-total // FLAT_CHUNK)):
+        args = [
+            arg if stream is None else relay.const(next(stream))
+            for arg, stream in zip(template.args, streams)
+        ]
+        if template.op.name in _QNN_PER_AXIS:
+            build = _QNN_PER_AXIS[template.op.name]
+            yield build(*args, axis=0, out_dtype=str(template.attrs.out_dtype))
+        else:
+            yield relay.Call(template.op, args, template.attrs, None, template.span)
 
 
-def unflatten(value: tvm.nd.NDArray, forms: Sequence[FlatForm]) -> List[relay.Constant]:
-    """The flattened result ``value`` split back into one constant per call."""
-    data = value.numpy()
+def unflatten(chunks: Iterator[np.ndarray], forms: Sequence[FlatForm]) -> List[relay.Constant]:
+    """The results of :func:`flat_calls`, in order, split back into one constant per call."""
     results: List[relay.Constant] = []
-    start = 0
+    chunk = np.empty(0)
+    offset = 0
     for form in forms:
-        part = data[start : start + form.size].reshape(form.out_shape)
-        results.append(relay.Constant(tvm.nd.array(np.ascontiguousarray(part))))
-        start += form.size
+        out: Optional[np.ndarray] = None
+        filled = 0
+        while filled < form.size:
+            if offset == chunk.size:
+                chunk, offset = next(chunks), 0
+            if out is None:
+                out = np.empty(form.size, dtype=chunk.dtype)
+            take = min(form.size - filled, chunk.size - offset)
+            out[filled : filled + take] = chunk[offset : offset + take]
+            filled += take
+            offset += take
+        assert out is not None  # a form has at least one element
+        results.append(relay.Constant(tvm.nd.array(out.reshape(form.out_shape))))
     return results
 
 

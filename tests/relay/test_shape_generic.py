@@ -100,25 +100,27 @@ class _Spy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.flattened: List[int] = []
         self.prepared: List[List[int]] = []
-        real_flatten, real_kernel = _evaluate.flatten, _kernels.PreparedKernel
+        real_flat_calls, real_kernel = _evaluate.flat_calls, _kernels.PreparedKernel
         spy = self
 
-        def flatten(calls, forms):
+        def flat_calls(calls, forms):
             spy.flattened.append(len(calls))
-            return real_flatten(calls, forms)
+            return real_flat_calls(calls, forms)
 
         class Recording(real_kernel):  # type: ignore[misc, valid-type]
             def __init__(self, template: relay.Call) -> None:
                 super().__init__(template)
                 self.record = [0]
-                spy.prepared.append(self.record)
+                # The flattened path prepares its chunk calls (1-D, FLAT_CHUNK elements) too.
+                if tuple(template.args[0].data.shape) != (_kernels.FLAT_CHUNK,):
+                    spy.prepared.append(self.record)
 
             def __call__(self, call: relay.Call) -> object:
                 value = super().__call__(call)
                 self.record[0] += 1
                 return value
 
-        monkeypatch.setattr(_evaluate, "flatten", flatten)
+        monkeypatch.setattr(_evaluate, "flat_calls", flat_calls)
         monkeypatch.setattr(_evaluate, "PreparedKernel", Recording)
 
 
@@ -377,7 +379,7 @@ def test_a_failing_shared_evaluation_falls_back_and_is_reported(monkeypatch):
     """When the flattened evaluation fails, its calls are evaluated the way stock does; a call
     that fails there too is kept (evaluation failed, with the error), the others still fold, and
     ``strict`` raises naming it."""
-    real_run = _evaluate._run
+    real_run, real_call = _evaluate._run, _kernels.PreparedKernel.__call__
     sentinel = np.float32(1234.5)
 
     def is_bad(expr: relay.Expr) -> bool:
@@ -388,7 +390,13 @@ def test_a_failing_shared_evaluation_falls_back_and_is_reported(monkeypatch):
             raise tvm.TVMError("a kernel failed")
         return real_run(exprs)
 
+    def call(self, expr):
+        if is_bad(expr):
+            raise tvm.TVMError("a flattened kernel failed")
+        return real_call(self, expr)
+
     monkeypatch.setattr(_evaluate, "_run", run)
+    monkeypatch.setattr(_kernels.PreparedKernel, "__call__", call)
     calls = [_quantize(0, "int8", True)(seed, (17 + seed, 16)) for seed in range(4)]
     bad = _data((19, 16), "float32", 2)
     bad[3, 5] = sentinel
