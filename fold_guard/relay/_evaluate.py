@@ -172,8 +172,8 @@ def evaluate_plan(
     """Fill ``values`` for every folded node not yet in it.
 
     Returns the nodes whose evaluation failed (with the error text; the caller re-plans with
-    them) and the number of interpreter runs (batched runs plus functions prepared). With ``strict`` the first failure raises
-    FoldNotPossibleError chained to the original error.
+    them) and the number of interpreter runs (batched runs plus functions prepared). With
+    ``strict`` the first failure raises FoldNotPossibleError chained to the original error.
     """
     failures: Dict[int, str] = {}
     runs = 0
@@ -268,9 +268,7 @@ def _evaluate_flattened(
             first = next(chunks)
             kernel, made = _kernel_for(first, kernels)
             runs += made
-            results = (
-                _result_array(kernel(call)) for call in itertools.chain([first], chunks)
-            )
+            results = (_result_array(kernel(call)) for call in itertools.chain([first], chunks))
             parts = unflatten(results, forms)
         except Exception:  # noqa: BLE001 - any failure: evaluate the calls the way stock does
             rest.extend(p for p, _ in members)

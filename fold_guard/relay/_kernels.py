@@ -42,6 +42,7 @@ import numpy as np
 import tvm
 from tvm import relay
 
+from .._core.errors import PlanInvariantError
 from ._stock import evaluation_target
 
 __all__ = [
@@ -50,8 +51,8 @@ __all__ = [
     "QNN_READ_TYPES_ONLY",
     "FlatForm",
     "PreparedKernel",
-    "flat_form",
     "flat_calls",
+    "flat_form",
     "prepared_key",
     "same_attrs",
     "unflatten",
@@ -335,6 +336,11 @@ def prepared_key(expr: relay.Expr) -> Optional[Tuple[object, ...]]:
     return (name, _attrs_key(expr), args)
 
 
+def _result_type(func: relay.Function) -> relay.Type:
+    typed = relay.transform.InferType()(tvm.IRModule.from_expr(func))
+    return typed["main"].body.checked_type
+
+
 class PreparedKernel:
     """``op`` over parameters, prepared once by the interpreter and applied to each call's constants.
 
@@ -353,12 +359,20 @@ class PreparedKernel:
             params.append(param)
             body_args.append(param)
         body = relay.Call(template.op, body_args, template.attrs, template.type_args, template.span)
+        func = relay.Function(params, body)
+        # Some ops type their result from a tensor operand's value when it is a constant (arange
+        # of constants is static, of parameters dynamic): then the parameters change the kernels.
+        expected = _result_type(relay.Function([], template))
+        if not tvm.ir.structural_equal(_result_type(func), expected):
+            raise PlanInvariantError(
+                f"{template.op.name} over parameters does not type as over its constants"
+            )
         # A fresh PassContext, as stock's ConstEvaluate.
         with tvm.transform.PassContext():
             executor = relay.create_executor(
                 "debug", mod=tvm.IRModule(), device=tvm.cpu(0), target=evaluation_target()
             )
-            self._apply = executor.evaluate(relay.Function(params, body))
+            self._apply = executor.evaluate(func)
 
     def __call__(self, call: relay.Call) -> object:
         """The interpreter's value of ``call`` (same key as the template): an NDArray or a tuple."""

@@ -211,12 +211,18 @@ CASES: Dict[str, Tuple[str, Builder]] = {
     "log": ("default", _unary("log")),
     "sigmoid": ("default", _unary("sigmoid")),
     "tanh": ("default", _unary("tanh")),
-    "clip": ("default", lambda seed, shape: relay.clip(_c(_data(shape, "float32", seed)), -1.5, 2.0)),
+    "clip": (
+        "default",
+        lambda seed, shape: relay.clip(_c(_data(shape, "float32", seed)), -1.5, 2.0),
+    ),
 }
 for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum"):
     for _dtype in ("float32", "int32"):
         for _broadcast in ("full", "row", "column"):
-            CASES[f"{_name}-{_dtype}-{_broadcast}"] = ("default", _binary(_name, _dtype, _broadcast))
+            CASES[f"{_name}-{_dtype}-{_broadcast}"] = (
+                "default",
+                _binary(_name, _dtype, _broadcast),
+            )
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -234,7 +240,9 @@ def test_flattened_elementwise_calls_are_bit_identical_to_stock(case, shapes, mo
 
 
 def _quantize_chain(shapes: Sequence[Tuple[int, int]]) -> tvm.IRModule:
-    return _tuple_module([_quantize(0, "int8", True)(seed, shape) for seed, shape in enumerate(shapes)])
+    return _tuple_module(
+        [_quantize(0, "int8", True)(seed, shape) for seed, shape in enumerate(shapes)]
+    )
 
 
 @pytest.fixture
@@ -412,3 +420,21 @@ def test_a_failing_shared_evaluation_falls_back_and_is_reported(monkeypatch):
         fold_guard.FoldNotPossibleError, match=r"evaluating %\d+ = qnn.quantize failed"
     ):
         fgr.fold(mod, policy="fold-qnn", strict=True)
+
+
+def test_a_function_that_types_otherwise_than_the_call_is_not_used(monkeypatch):
+    """A prepared function must type exactly as stock's expression (the op over constants): an
+    op whose relation read a tensor operand's value would lower to other kernels over a
+    parameter. When the types differ the function is not used (here faked, as no Relay op
+    relation of TVM 0.16 reads a non-scalar constant), and the batched path evaluates the calls."""
+    real = _kernels._result_type
+
+    def result_type(func):
+        return relay.TensorType((), "int8") if func.params else real(func)
+
+    monkeypatch.setattr(_kernels, "_result_type", result_type)
+    spy = _Spy(monkeypatch)
+    calls = [relay.nn.softmax(_c(_data((4, 4), "float32", seed))) for seed in range(3)]
+    ours, stock = _fold_both(calls, "default")
+    tvm.ir.assert_structural_equal(ours, stock)
+    assert spy.prepared == []
