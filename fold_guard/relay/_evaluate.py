@@ -1,12 +1,22 @@
-"""Evaluate the folded calls of a plan: one interpreter run per dependency level.
+"""Evaluate the folded calls of a plan, level by level, through as few kernel builds as possible.
 
 Stock ``FoldConstant`` evaluates one call at a time with ``relay.backend.interpreter``'s
 ``EvalFunction`` (SimplifyInference, QNN Legalize/Canonicalize, FuseOps at level 0, LowerTE,
-one build), so every call pays for a whole compilation. Here every folded call whose operands are
-already constants goes into one tuple and one ``EvalFunction``: the pipeline runs once per level,
-identical kernels are lowered once (the TE compiler caches them within a run), and each call
-still sees exactly the expression stock would evaluate (an op applied to constants) through the
-same pipeline at fusion level 0, so each result is computed by the same kernels on the same data.
+one build), so every call pays for a whole compilation. Here, per dependency level:
+
+* elementwise calls of one signature (op, attributes, dtypes, scalar operands; see
+  :mod:`fold_guard.relay._kernels`) are evaluated as one call on their flattened, concatenated
+  operands, whatever their shapes, so each such signature compiles its kernels once;
+* other calls of one exact signature (repeated layers) are evaluated by one function prepared
+  once through stock's pipeline and applied to each call's constants;
+* every other call goes into one tuple and one ``EvalFunction`` (chunks of
+  MAX_SIGNATURES_PER_RUN signatures): the pipeline runs once, identical kernels are lowered once
+  (the TE compiler caches them within a run), and each call is exactly the expression stock
+  evaluates (an op applied to constants).
+
+Either way each result is computed through the pipeline stock uses, at fusion level 0, by the
+same per-element arithmetic on the same data. A call the prepared path cannot evaluate is
+evaluated on the batched path, which isolates and reports failures as stock's evaluation does.
 
 Invariant: a call is evaluated only after all its node operands have values, so a level is the
 length of the longest chain of folded calls below it.
@@ -14,6 +24,7 @@ length of the longest chain of folded calls below it.
 
 from __future__ import annotations
 
+import itertools
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
@@ -24,6 +35,15 @@ from .._core.driver import has_inputs
 from .._core.errors import PlanInvariantError
 from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan, evaluation_error
+from ._kernels import (
+    FlatForm,
+    PreparedKernel,
+    flat_calls,
+    flat_form,
+    prepared_key,
+    same_attrs,
+    unflatten,
+)
 from ._lower import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
 from ._stock import NDARRAY_SIZE_OP, evaluation_target
 
@@ -152,12 +172,13 @@ def evaluate_plan(
     """Fill ``values`` for every folded node not yet in it.
 
     Returns the nodes whose evaluation failed (with the error text; the caller re-plans with
-    them) and the number of interpreter runs. With ``strict`` the first failure raises
-    FoldNotPossibleError chained to the original error.
+    them) and the number of interpreter runs (batched runs plus functions prepared). With
+    ``strict`` the first failure raises FoldNotPossibleError chained to the original error.
     """
     failures: Dict[int, str] = {}
     runs = 0
     graph = plan.graph
+    kernels: Kernels = {}
     for level in _levels(plan, values):
         pending: List[int] = []
         for node_id in level:
@@ -168,12 +189,138 @@ def evaluate_plan(
             else:
                 pending.append(node_id)
         exprs = [_expression(sites[node_id], values) for node_id in pending]
-        for chunk in _chunks(exprs):
-            chunk_ids = [pending[position] for position in chunk]
+        batched, shared_runs = _evaluate_shared(pending, exprs, values, kernels)
+        runs += shared_runs
+        batched_exprs = [exprs[position] for position in batched]
+        for chunk in _chunks(batched_exprs):
+            chunk_ids = [pending[batched[position]] for position in chunk]
             runs += _run_chunk(
-                chunk_ids, [exprs[position] for position in chunk], graph, values, failures, strict
+                chunk_ids,
+                [batched_exprs[position] for position in chunk],
+                graph,
+                values,
+                failures,
+                strict,
             )
     return failures, runs
+
+
+#: Prepared functions kept alive at once (least recently used dropped first). Each holds its
+#: kernels, so this bounds memory as MAX_SIGNATURES_PER_RUN does for a batched run; a signature
+#: that recurs on a later level is not prepared again while it stays among them.
+MAX_PREPARED_KERNELS = 16
+
+Kernels = Dict[Tuple[object, ...], PreparedKernel]
+
+
+def _evaluate_shared(
+    node_ids: Sequence[int], exprs: Sequence[relay.Expr], values: Values, kernels: Kernels
+) -> Tuple[List[int], int]:
+    """Evaluate the calls of ``exprs`` that can share kernels into ``values``.
+
+    Returns the positions left for the batched path (calls with nothing to share, and any call
+    the shared paths failed on: the batched path evaluates it as stock does and reports why) and
+    the number of functions prepared (interpreter runs).
+    """
+    rest, flattened = _evaluate_flattened(node_ids, exprs, values, kernels)
+    left, prepared = _evaluate_prepared(node_ids, exprs, rest, values, kernels)
+    return left, flattened + prepared
+
+
+def _kernel_for(template: relay.Call, kernels: Kernels) -> Tuple[PreparedKernel, int]:
+    """The prepared function of ``template``'s signature (from ``kernels``, or new: 1 run)."""
+    key = prepared_key(template)
+    assert key is not None  # an op applied to constants
+    kernel = kernels.pop(key, None)
+    made = 0
+    if kernel is None:
+        kernel, made = PreparedKernel(template), 1
+    kernels[key] = kernel  # (re)inserted last: the most recently used
+    while len(kernels) > MAX_PREPARED_KERNELS:
+        del kernels[next(iter(kernels))]
+    return kernel, made
+
+
+def _evaluate_flattened(
+    node_ids: Sequence[int], exprs: Sequence[relay.Expr], values: Values, kernels: Kernels
+) -> Tuple[List[int], int]:
+    """Elementwise calls of one signature as calls on flattened, concatenated operands."""
+    rest: List[int] = []
+    groups: Dict[Tuple[object, ...], List[Tuple[int, FlatForm]]] = {}
+    for position, expr in enumerate(exprs):
+        form = flat_form(expr)
+        if form is None:
+            rest.append(position)
+        else:
+            groups.setdefault(form.key, []).append((position, form))
+    runs = 0
+    for members in groups.values():
+        template = exprs[members[0][0]]
+        rest.extend(p for p, _ in members if not same_attrs(exprs[p], template))
+        members = [(p, f) for p, f in members if same_attrs(exprs[p], template)]
+        if len(members) < 2:
+            rest.extend(p for p, _ in members)  # nothing to share: the batched run serves it
+            continue
+        calls = [exprs[p] for p, _ in members]
+        forms = [f for _, f in members]
+        try:
+            chunks = flat_calls(calls, forms)
+            first = next(chunks)
+            kernel, made = _kernel_for(first, kernels)
+            runs += made
+            results = (_result_array(kernel(call)) for call in itertools.chain([first], chunks))
+            parts = unflatten(results, forms)
+        except Exception:  # noqa: BLE001 - any failure: evaluate the calls the way stock does
+            rest.extend(p for p, _ in members)
+            continue
+        for (position, _), part in zip(members, parts):
+            values[node_ids[position]] = part
+    return sorted(rest), runs
+
+
+def _result_array(value: object) -> np.ndarray:
+    if not isinstance(value, tvm.nd.NDArray):
+        raise PlanInvariantError(f"a flattened call returned a {type(value).__name__}")
+    return value.numpy()
+
+
+def _evaluate_prepared(
+    node_ids: Sequence[int],
+    exprs: Sequence[relay.Expr],
+    positions: Sequence[int],
+    values: Values,
+    kernels: Kernels,
+) -> Tuple[List[int], int]:
+    """Calls of one exact signature through one prepared function (repeated layers' kernels once)."""
+    rest: List[int] = []
+    groups: Dict[Tuple[object, ...], List[int]] = {}
+    for position in positions:
+        key = prepared_key(exprs[position])
+        if key is None:
+            rest.append(position)
+        else:
+            groups.setdefault(key, []).append(position)
+    prepared = 0
+    for key, members in groups.items():
+        template = exprs[members[0]]
+        same = [p for p in members if same_attrs(exprs[p], template)]
+        rest.extend(p for p in members if p not in same)
+        if key not in kernels and len(same) < 2:
+            rest.extend(same)  # nothing to share: one batched run serves it as well
+            continue
+        try:
+            kernel, made = _kernel_for(template, kernels)
+        except Exception:  # noqa: BLE001 - any failure: the batched path evaluates as stock
+            rest.extend(same)
+            prepared += 1
+            continue
+        prepared += made
+        for position in same:
+            try:
+                values[node_ids[position]] = _to_expr(kernel(exprs[position]))
+            except Exception:  # noqa: BLE001 - the batched path evaluates it and reports why
+                rest.append(position)
+    return sorted(rest), prepared
 
 
 def _run_chunk(

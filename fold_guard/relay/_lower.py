@@ -49,7 +49,9 @@ from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
 from .._core.reasons import Reason
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
 from ._stock import (
+    NDARRAY_SIZE_OP,
     ON_DEVICE_OP,
+    SHAPE_OPS,
     is_optimizable,
     is_primitive,
     is_true,
@@ -386,6 +388,8 @@ class _Lowerer:
     def _lower_call(self, function: str, call: relay.Call) -> Source:
         node_id = len(self.nodes)
         op: tvm.ir.Op = call.op
+        # Each attribute read of a TVM object is an FFI call: read the op's name once per call.
+        op_name = str(op.name)
         args = tuple(self.sources[arg] for arg in call.args)
         inputs: List[NodeInput] = []
         kind = SiteKind.EVALUATE
@@ -395,11 +399,11 @@ class _Lowerer:
         default_fold = True
         default_rule = ""
         annotation = {FOLD_BARRIER_OP: Annotation.BARRIER, FOLD_ALLOW_OP: Annotation.ALLOW}.get(
-            op.name, Annotation.NONE
+            op_name, Annotation.NONE
         )
 
         type_source: Optional[int] = None
-        shape_value = self._static_shape_value(call)
+        shape_value = self._static_shape_value(op_name, call)
         if shape_value is not None:
             # The value comes from the operand's type, not its data: no inputs to wait for. The
             # planner still keeps it when that operand is a barrier's output.
@@ -407,7 +411,7 @@ class _Lowerer:
             type_source = args[0].node if isinstance(args[0], NodeSource) else None
         else:
             for index, arg in enumerate(args):
-                inputs.extend(self._inputs_of(arg, _arg_label(call, index)))
+                inputs.extend(self._inputs_of(arg, _arg_label(op_name, index)))
             if annotation is not Annotation.NONE and not isinstance(
                 _checked_type(call.args[0]), relay.TensorType
             ):
@@ -426,7 +430,7 @@ class _Lowerer:
         outputs = tensor_infos(_checked_type(call))
         node = FoldNode(
             id=node_id,
-            op=op.name,
+            op=op_name,
             label=self._label(call, node_id),
             function=function,
             inputs=tuple(inputs),
@@ -451,10 +455,10 @@ class _Lowerer:
         self.used_labels.add(name)
         return f"%{name}"
 
-    def _static_shape_value(self, call: relay.Call) -> Optional[Tuple[int, ...]]:
-        if len(call.args) != 1:
+    def _static_shape_value(self, op_name: str, call: relay.Call) -> Optional[Tuple[int, ...]]:
+        if op_name not in _SHAPE_VALUE_OPS or len(call.args) != 1:
             return None
-        return static_shape_value(call.op.name, static_shape(_checked_type(call.args[0])))
+        return static_shape_value(op_name, static_shape(_checked_type(call.args[0])))
 
     def _inputs_of(self, source: Source, label: str) -> List[NodeInput]:
         if isinstance(source, TupleSource):
@@ -500,8 +504,12 @@ def _label_of(source: Source) -> str:
     return "tuple"
 
 
-def _arg_label(call: relay.Call, index: int) -> str:
-    return f"{call.op.name} argument {index}"
+#: The ops whose value stock folds from their operand's static type (``static_shape_value``).
+_SHAPE_VALUE_OPS = frozenset(SHAPE_OPS + (NDARRAY_SIZE_OP,))
+
+
+def _arg_label(op_name: str, index: int) -> str:
+    return f"{op_name} argument {index}"
 
 
 def _attrs_dict(attrs: Optional[tvm.ir.Attrs]) -> Dict[str, object]:

@@ -404,9 +404,13 @@ def FoldConstant(
     -----
     The module is type-checked first (``InferType``), as the stock pass needs too (``shape_of`` of
     a static shape folds from the type). Folded calls are evaluated on the CPU with the ``llvm``
-    target through Relay's interpreter, as the stock pass does, but in one run per dependency
-    level instead of one compilation per call. QNN ops are lowered (QNN Legalize and
-    CanonicalizeOps) only inside that evaluation, so QNN ops that are not folded stay intact.
+    target through Relay's interpreter, as the stock pass does, but level by level with kernels
+    shared instead of one compilation per call: elementwise calls of one signature (QNN
+    quantize / dequantize, casts, arithmetic) are evaluated as one call on their flattened
+    operands whatever their shapes, repeated calls of one signature through one prepared
+    function, the rest in one interpreter run per level; every result is bit-identical to
+    stock's. QNN ops are lowered (QNN Legalize and CanonicalizeOps) only inside that evaluation,
+    so QNN ops that are not folded stay intact.
 
     The input module is not changed, not even the types Relay caches on it: the pass works on a
     copy whose functions are bound to new ``GlobalVar`` objects of the same names (type inference
