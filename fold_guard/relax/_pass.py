@@ -107,7 +107,7 @@ def plan(
       main: lv = relax.exp: folded [default]
       main: gv = relax.add: not constant: 'x' is a run-time input
     """
-    with isolated_pass_context():
+    with isolated_pass_context(), _compat.remembering_types():
         analysis = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
     return plan_folds(analysis.graph, analysis.policy)
 
@@ -152,7 +152,7 @@ def fold(
     >>> [d.reason.text for d in result.plan.decisions]
     ['folded', 'kept by barrier', 'not constant']
     """
-    with isolated_pass_context():
+    with isolated_pass_context(), _compat.remembering_types():
         return _fold(mod, policy, strict, max_fold_bytes, kernel_cache)
 
 
@@ -210,7 +210,8 @@ def _fold(
 def _rewrite_module(
     mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values
 ) -> tvm.IRModule:
-    replacements: Dict[str, Dict[relax.Var, relax.Expr]] = {name: {} for name in lowered.functions}
+    # keyed by the variable's handle: a dict of Relax variables compares them with a slow ``==``
+    replacements: Dict[str, Dict[int, relax.Expr]] = {name: {} for name in lowered.functions}
     for decision in fold_plan.folded:
         site = lowered.sites[decision.node]
         outputs = [
@@ -218,7 +219,9 @@ def _rewrite_module(
             for v in values[decision.node]
         ]
         is_tuple = isinstance(_compat.type_of(site.call), _compat.TupleType)
-        replacements[site.function][site.var] = relax.Tuple(outputs) if is_tuple else outputs[0]
+        replacements[site.function][_compat.handle(site.var)] = (
+            relax.Tuple(outputs) if is_tuple else outputs[0]
+        )
     functions = dict(mod.functions)
     for name, (gvar, func) in lowered.functions.items():
         functions[gvar] = rewrite_function(mod, func, replacements[name])
