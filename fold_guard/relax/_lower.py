@@ -483,10 +483,10 @@ def _add_leaf(arg: relax.Expr, env: _Scope, out: _Leaves) -> object:
     bound = env.get(_compat.handle(arg), _OPAQUE) if isinstance(arg, relax.Var) else None
     if bound is not None and bound.kind == "shape":
         return bound.value
-    if bound is not None and _is_static_shape_var(arg):
-        return StaticShapeVar(arg)
     ty = _compat.type_of(arg)
     is_tensor = isinstance(ty, _compat.TensorType)
+    if bound is not None and not is_tensor and _is_static_shape_var(arg):
+        return StaticShapeVar(arg)
     if bound is None and not is_tensor:
         return arg
     index = len(out.leaves)

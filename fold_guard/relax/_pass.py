@@ -259,7 +259,12 @@ class _ConstantBytes(PyExprVisitor):
         # from the type, not the data: no copy of every weight just to count it
         ty = _compat.type_of(const)
         if isinstance(ty, _compat.TensorType):
-            self.total += dtype_nbytes(_compat.dtype_of(ty), _compat.static_shape(ty)) or 0
+            # the output shares most constants with the input: each is sized once per fold
+            self.total += _compat.remembered(ty, "nbytes", _tensor_nbytes)
+
+
+def _tensor_nbytes(ty) -> int:
+    return dtype_nbytes(_compat.dtype_of(ty), _compat.static_shape(ty)) or 0
 
 
 def _constant_bytes(mod: tvm.IRModule) -> int:
