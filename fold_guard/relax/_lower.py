@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -112,6 +112,14 @@ class _Facts:
     default_rule: str
 
 
+@dataclass(frozen=True)
+class _OpTraits:
+    """What the walk reads of an operator's registered attributes."""
+
+    legalizes: bool  # has FLegalize
+    impure: bool  # FPurity is registered and false
+
+
 @dataclass
 class Walk:
     """Every call binding of a module, described (:func:`walk_relax`); nodes come from :meth:`lower`."""
@@ -119,6 +127,18 @@ class Walk:
     sites: List[CallSite]
     facts: List[_Facts]
     functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+    #: per op name, read once per walk (an attribute read is an FFI call returning a function)
+    _op_traits: Dict[str, _OpTraits] = field(default_factory=dict, repr=False)
+
+    def op_traits(self, name: str, op: tvm.ir.Op) -> _OpTraits:
+        traits = self._op_traits.get(name)
+        if traits is None:
+            purity = op.get_attr("FPurity")
+            traits = self._op_traits[name] = _OpTraits(
+                legalizes=op.get_attr("FLegalize") is not None,
+                impure=purity is not None and not bool(purity),
+            )
+        return traits
 
     def candidates(self) -> FrozenSet[int]:
         """The calls that could fold if everything upstream did: the ones worth legalizing.
@@ -219,6 +239,9 @@ class _Env:
 
 
 _OPAQUE = _Env("opaque")  # parameters, match casts, tuples, anything not a constant or a call
+#: What each variable in scope is bound to, keyed by the variable's handle (``_compat.handle``;
+#: the module being walked keeps every variable alive)
+_Scope = Dict[int, _Env]
 
 
 def walk_relax(mod: tvm.IRModule) -> Walk:
@@ -242,7 +265,7 @@ def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Wal
             f"function {name}: body is a {type(func.body).__name__}, not a SeqExpr; "
             "hint: run relax.transform.Normalize() first"
         )
-    env: Dict[relax.Var, _Env] = {param: _OPAQUE for param in func.params}
+    env: _Scope = {_compat.handle(param): _OPAQUE for param in func.params[:]}
     _lower_seq(mod, name, name, func.body, env, out)
 
 
@@ -251,7 +274,7 @@ def _lower_seq(
     name: str,
     scope: str,
     seq: relax.SeqExpr,
-    env: Dict[relax.Var, _Env],
+    env: _Scope,
     out: Walk,
 ) -> None:
     """Describe the bindings of ``seq``, recursing into If branches and nested functions.
@@ -260,28 +283,33 @@ def _lower_seq(
     copied, so a branch's bindings do not leak out of it). ``name`` is the module-level function
     the rewrite changes; ``scope`` names the nested function in messages (``main/inner``).
     """
-    for block in seq.blocks:
+    for block in seq.blocks[:]:
         in_dataflow = isinstance(block, relax.DataflowBlock)
-        for binding in block.bindings:
+        for binding in block.bindings[:]:
             var = binding.var
+            key = _compat.handle(var)
             label = _compat.var_name(var)
             if isinstance(binding, relax.MatchCast):
-                env[var] = _OPAQUE
+                env[key] = _OPAQUE
                 continue
             value = binding.value
-            _check_annotation(scope, label, value)
-            _check_normalized(scope, label, value)
+            # the arguments, read once (each read of a tvm_ffi Array element is an FFI call)
+            args = value.args[:] if isinstance(value, relax.Call) else []
+            _check_annotation(scope, label, value, args)
+            _check_normalized(scope, label, value, args)
             if _compat.is_constant(value):
-                env[var] = _Env("const", value=value)
+                env[key] = _Env("const", value=value)
             elif isinstance(value, relax.Var):
-                env[var] = env.get(value, _OPAQUE)
+                env[key] = env.get(_compat.handle(value), _OPAQUE)
             elif isinstance(value, relax.ShapeExpr):
-                env[var] = _Env("shape", value=value)
+                env[key] = _Env("shape", value=value)
             elif isinstance(value, relax.Call):
                 node_id = len(out.sites)
-                site = _lower_call(mod, name, scope, var, value, in_dataflow, env, node_id, out)
+                site = _lower_call(
+                    mod, name, scope, var, value, args, in_dataflow, env, node_id, out
+                )
                 out.sites.append(site)
-                env[var] = _Env("node", node=node_id)
+                env[key] = _Env("node", node=node_id)
             else:
                 if isinstance(value, relax.If):
                     for branch in (value.true_branch, value.false_branch):
@@ -289,32 +317,33 @@ def _lower_seq(
                             _lower_seq(mod, name, scope, branch, dict(env), out)
                 elif isinstance(value, relax.Function) and isinstance(value.body, relax.SeqExpr):
                     inner = dict(env)
-                    inner.update({p: _OPAQUE for p in value.params})
+                    inner.update({_compat.handle(p): _OPAQUE for p in value.params[:]})
                     _lower_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
-                env[var] = _OPAQUE
+                env[key] = _OPAQUE
 
 
-def _check_annotation(scope: str, label: str, value: relax.Expr) -> None:
+def _check_annotation(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:
     """Refuse a malformed annotation (first: a hand-built one is usually not normalized either)."""
     if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
         return
     op_name = value.op.name
-    if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and len(value.args) != 1:
+    if op_name not in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
+        return
+    if len(args) != 1:
         raise UnsupportedIRError(
-            f"function {scope}: {label} = {op_name} has {len(value.args)} operands, expected 1"
+            f"function {scope}: {label} = {op_name} has {len(args)} operands, expected 1"
         )
-    if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP) and _compat.has_type(value.args[0]):
-        if not isinstance(_compat.type_of(value.args[0]), _compat.TensorType):
-            raise non_tensor_operand_error(op_name, value.args[0], f"function {scope}: {label} = ")
+    if _compat.has_type(args[0]) and not isinstance(_compat.type_of(args[0]), _compat.TensorType):
+        raise non_tensor_operand_error(op_name, args[0], f"function {scope}: {label} = ")
 
 
-def _check_normalized(scope: str, label: str, value: relax.Expr) -> None:
+def _check_normalized(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:
     """Refuse a binding whose value (or an argument of it) has no type yet.
 
     Normalizing it here would not help: TVM's normalizer writes the types it infers into the
     existing nodes, which are the caller's, so the caller's module would change.
     """
-    parts = [value] + (list(value.args) if isinstance(value, relax.Call) else [])
+    parts = [value, *args]
     if all(_compat.has_type(part) for part in parts):
         return
     what = (
@@ -336,13 +365,15 @@ def _lower_call(
     scope: str,
     var: relax.Var,
     call: relax.Call,
+    args: List[relax.Expr],
     in_dataflow: bool,
-    env: Dict[relax.Var, _Env],
+    env: _Scope,
     node_id: int,
     out: Walk,
 ) -> CallSite:
     label = _compat.var_name(var)
-    op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
+    op = call.op
+    op_name = op.name if isinstance(op, tvm.ir.Op) else ""
     kind = SiteKind.OTHER
     leaves = _Leaves()
     template_args: List[object] = []
@@ -353,18 +384,18 @@ def _lower_call(
     if not op_name:
         unfoldable, detail = (
             Reason.UNSUPPORTED,
-            f"call to {call.op} is not an operator; only operators and call_tir fold",
+            f"call to {op} is not an operator; only operators and call_tir fold",
         )
-        display = _callee_name(call.op)
-        for arg in call.args:
+        display = _callee_name(op)
+        for arg in args:
             _add_leaf(arg, env, leaves)
     elif op_name == CALL_TIR_OP:
         display = op_name
         kind = SiteKind.CALL_TIR
         unfoldable, detail = _check_call_tir(mod, call)
-        fields = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
+        fields = args[1].fields[:] if isinstance(args[1], relax.Tuple) else [args[1]]
         template_args = [_add_leaf(arg, env, leaves) for arg in fields]
-        if len(call.args) > 2:
+        if len(args) > 2:
             unfoldable = unfoldable or Reason.DYNAMIC_SHAPE
             detail = detail or "call_tir passes symbolic shape values (tir_vars)"
     else:
@@ -374,10 +405,9 @@ def _lower_call(
             kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
         else:
             kind = SiteKind.OP
-            op = call.op
             if op_name == TENSOR_TO_SHAPE_OP:
                 kind = SiteKind.TENSOR_TO_SHAPE
-                arg_ty = _compat.type_of(call.args[0])
+                arg_ty = _compat.type_of(args[0])
                 if (
                     not isinstance(arg_ty, _compat.TensorType)
                     or _compat.dtype_of(arg_ty) != "int64"
@@ -386,16 +416,16 @@ def _lower_call(
                         Reason.UNSUPPORTED,
                         "tensor_to_shape folds only from an int64 tensor",
                     )
-            elif op.get_attr("FLegalize") is None:
+            elif not out.op_traits(op_name, op).legalizes:
                 kind = SiteKind.OTHER
                 unfoldable, detail = (
                     Reason.UNSUPPORTED,
                     f"{op_name} has no FLegalize, so it has no TIR kernel to evaluate",
                 )
-            elif op.get_attr("FPurity") is not None and not bool(op.get_attr("FPurity")):
+            elif out.op_traits(op_name, op).impure:
                 kind = SiteKind.OTHER
                 unfoldable, detail = Reason.IMPURE, f"{op_name} is impure"
-        template_args = [_add_leaf(arg, env, leaves) for arg in call.args]
+        template_args = [_add_leaf(arg, env, leaves) for arg in args]
 
     outputs = _output_infos(_compat.type_of(call))
     if unfoldable is None and kind in (SiteKind.OP, SiteKind.CALL_TIR):
@@ -418,7 +448,7 @@ def _lower_call(
             scope,
             tuple(leaves.inputs),
             outputs,
-            _attrs_dict(call),
+            _attrs_of(call),
             annotation,
             unfoldable,
             detail,
@@ -440,7 +470,7 @@ def _lower_call(
     )
 
 
-def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], out: _Leaves) -> object:
+def _add_leaf(arg: relax.Expr, env: _Scope, out: _Leaves) -> object:
     """Record ``arg``'s tensors as node inputs; return its template form.
 
     The template form is a leaf index for a tensor, a tuple of template forms for an inline
@@ -449,14 +479,14 @@ def _add_leaf(arg: relax.Expr, env: Dict[relax.Var, _Env], out: _Leaves) -> obje
     the stock pass does, a PrimValue, a StringImm, a DataTypeImm).
     """
     if isinstance(arg, relax.Tuple):
-        return tuple(_add_leaf(field_, env, out) for field_ in arg.fields)
-    bound = env.get(arg, _OPAQUE) if isinstance(arg, relax.Var) else None
+        return tuple(_add_leaf(field_, env, out) for field_ in arg.fields[:])
+    bound = env.get(_compat.handle(arg), _OPAQUE) if isinstance(arg, relax.Var) else None
     if bound is not None and bound.kind == "shape":
         return bound.value
-    if bound is not None and _is_static_shape_var(arg):
-        return StaticShapeVar(arg)
     ty = _compat.type_of(arg)
     is_tensor = isinstance(ty, _compat.TensorType)
+    if bound is not None and not is_tensor and _is_static_shape_var(arg):
+        return StaticShapeVar(arg)
     if bound is None and not is_tensor:
         return arg
     index = len(out.leaves)
@@ -505,6 +535,11 @@ def _check_call_tir(mod: tvm.IRModule, call: relax.Call) -> Tuple[Optional[Reaso
 
 
 def _tensor_info(ty) -> TensorInfo:
+    # a call's result type is also the type of its variable, read again by every consumer
+    return _compat.remembered(ty, "tensor_info", _read_tensor_info)
+
+
+def _read_tensor_info(ty) -> TensorInfo:
     return TensorInfo.of(_compat.dtype_of(ty), _compat.static_shape(ty))
 
 
@@ -519,10 +554,49 @@ def _output_infos(ty) -> Tuple[TensorInfo, ...]:
     )
 
 
-def _attrs_dict(call: relax.Call) -> Dict[str, object]:
+class _CallAttrs(Mapping[str, object]):
+    """A call's attributes as plain Python values (``FoldNode.attrs``), read on first use.
+
+    Reading them is reflection over the attrs object, an FFI read per field (tens of
+    microseconds a call), and only a policy that looks at attributes needs them: none of the
+    built-in ones does. Attrs objects are immutable, so reading late gives what reading early
+    would have.
+    """
+
+    __slots__ = ("_attrs", "_values")
+
+    def __init__(self, attrs: tvm.ir.Attrs):
+        self._attrs: Optional[tvm.ir.Attrs] = attrs
+        self._values: Optional[Dict[str, object]] = None
+
+    def _read(self) -> Dict[str, object]:
+        if self._values is None:
+            self._values = _read_attrs(self._attrs)
+            self._attrs = None
+        return self._values
+
+    def __getitem__(self, key: str) -> object:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __repr__(self) -> str:
+        return repr(self._read())
+
+    def __reduce__(self):
+        return (dict, (self._read(),))
+
+
+def _attrs_of(call: relax.Call) -> Mapping[str, object]:
     attrs = call.attrs
-    if attrs is None:
-        return {}
+    return {} if attrs is None else _CallAttrs(attrs)
+
+
+def _read_attrs(attrs: tvm.ir.Attrs) -> Dict[str, object]:
     result: Dict[str, object] = {}
     for key in dir(attrs):
         if key.startswith("_"):

@@ -6,13 +6,21 @@ binding becomes ``v = constant``; every use of a variable bound to a constant is
 constant; operator calls get variables bound to ``ShapeExpr`` substituted into their arguments
 where stock does it; finally ``remove_all_unused`` drops dead bindings of every function, whether
 or not anything folded in it.
+
+Operator calls are rebuilt here, not by TVM's ``ExprMutator``: that one rebuilds a call whose
+arguments changed with no result type, so the normalizer infers it again, which for a
+``conv2d`` takes about a millisecond (layout conversions), most of a CNN's rewrite. Type
+inference reads only the argument types (never a constant's values), so when every replaced
+argument has the type of the variable it replaces, the inferred type is the call's own type,
+and the rebuilt call keeps it.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -24,20 +32,50 @@ __all__ = ["rewrite_function"]
 
 @mutator
 class _FoldRewriter(PyExprMutator):
-    """Rewrites one function; ``replacements`` maps binding variables to their folded value."""
+    """Rewrites one function; ``replacements`` maps binding variables (by handle) to their folded value."""
 
-    def __init__(self, mod: tvm.IRModule, replacements: Mapping[relax.Var, relax.Expr]):
+    def __init__(self, mod: tvm.IRModule, replacements: Mapping[int, relax.Expr]):
         super().__init__(mod)
         self.replacements = replacements
         self.current_var = None
+        #: folded bindings left out of the output, by variable handle: their constant
+        self.dropped: Dict[int, relax.Expr] = {}
+        #: per op name: whether the normalizer rewrites its calls (FNormalize); those take
+        #: TVM's own path
+        self._normalizes: Dict[str, bool] = {}
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        self.current_var = binding.var
+        var = binding.var
+        key = _compat.handle(var)
+        value = self.replacements.get(key)
+        if value is not None and self._is_dead_once_propagated(var, value):
+            # ``v = constant`` would be emitted and then removed by ``remove_all_unused``, and
+            # that removal costs time in the number of bindings it removes times the number it
+            # keeps (tens of ms on ViT-S); uses of ``v`` get the constant from ``dropped``.
+            self.dropped[key] = value
+            return
+        self.current_var = var
         super().visit_var_binding_(binding)
         self.current_var = None
 
+    @staticmethod
+    def _is_dead_once_propagated(var: relax.Var, value: relax.Expr) -> bool:
+        """Whether no use of ``var`` survives: each one becomes the constant.
+
+        So it is when the binding would be re-emitted under the same variable, i.e. the
+        constant has the variable's type (otherwise the mutator renames the variable, and the
+        stock rewrite leaves uses of the new one).
+        """
+        return _compat.is_constant(value) and bool(
+            tvm_ffi.structural_equal(_compat.type_of(value), _compat.type_of(var))
+        )
+
+    def _bound_value(self, var: relax.Var) -> Optional[relax.Expr]:
+        dropped = self.dropped.get(_compat.handle(var))
+        return dropped if dropped is not None else self.lookup_binding(var)
+
     def _constant_for(self, var: relax.Var) -> relax.Expr:
-        bound = self.lookup_binding(var)
+        bound = self._bound_value(var)
         return bound if _compat.is_constant(bound) else None
 
     def visit_var_(self, var: relax.Var) -> relax.Expr:
@@ -50,9 +88,16 @@ class _FoldRewriter(PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         binding_var = self.current_var
+        if binding_var is not None:
+            # a folded call's arguments are constants or variables: visiting them first, as
+            # stock does, changes nothing that survives
+            replacement = self.replacements.get(_compat.handle(binding_var))
+            if replacement is not None:
+                return replacement
+        rebuilt = self._rebuild_operator_call(call)
+        if rebuilt is not None:
+            return rebuilt
         post = super().visit_call_(call)
-        if binding_var is not None and binding_var in self.replacements:
-            return self.replacements[binding_var]
         if not isinstance(post, relax.Call) or not substitutes_shape_arguments(post):
             return post
         new_args: List[relax.Expr] = []
@@ -69,10 +114,74 @@ class _FoldRewriter(PyExprMutator):
             return post
         return relax.Call(post.op, new_args, post.attrs, post.ty_args, post.span)
 
+    def _rebuild_operator_call(self, call: relax.Call) -> Optional[relax.Expr]:
+        """``call`` with its arguments rewritten, as TVM's path gives it; None to take that path.
+
+        Taken for operator calls without type arguments whose op has no FNormalize, when no
+        argument variable was renamed by the mutator (a re-emitted binding whose type changed).
+        """
+        op = call.op
+        if not isinstance(op, tvm.ir.Op) or len(call.ty_args) or self._op_normalizes(op):
+            return None
+        args = call.args[:]
+        new_args: List[relax.Expr] = []
+        same_types = True
+        changed = False
+        for arg in args:
+            new = self._visit_argument(arg, call)
+            if new is None:
+                return None
+            if not new.same_as(arg):
+                changed = True
+                same_types = same_types and bool(
+                    tvm_ffi.structural_equal(_compat.type_of(new), _compat.type_of(arg))
+                )
+            new_args.append(new)
+        if not changed:
+            return call
+        return relax.Call(
+            op,
+            new_args,
+            call.attrs,
+            call.ty_args,
+            call.span,
+            ret_ty=_compat.type_of(call) if same_types else None,
+        )
+
+    def _visit_argument(self, arg: relax.Expr, call: relax.Call) -> Optional[relax.Expr]:
+        if not isinstance(arg, relax.Var):
+            return self.visit_expr(arg)
+        bound = self._bound_value(arg)
+        if _compat.is_constant(bound):
+            return bound
+        visited = (
+            super().visit_dataflow_var_(arg)
+            if isinstance(arg, relax.DataflowVar)
+            else super().visit_var_(arg)
+        )
+        if not visited.same_as(arg):
+            return None  # renamed: TVM's path looks the new variable up
+        # asked only here: the rule reads the call's type and arguments, and few arguments are
+        # variables bound to shapes
+        if isinstance(bound, relax.ShapeExpr) and substitutes_shape_arguments(call):
+            return bound
+        return visited
+
+    def _op_normalizes(self, op: tvm.ir.Op) -> bool:
+        name = op.name
+        normalizes = self._normalizes.get(name)
+        if normalizes is None:
+            normalizes = self._normalizes[name] = op.get_attr("FNormalize") is not None
+        return normalizes
+
 
 def rewrite_function(
-    mod: tvm.IRModule, func: relax.Function, replacements: Dict[relax.Var, relax.Expr]
+    mod: tvm.IRModule, func: relax.Function, replacements: Mapping[int, relax.Expr]
 ) -> relax.Function:
-    """``func`` with ``replacements`` applied, constants propagated and dead bindings removed."""
+    """``func`` with ``replacements`` applied, constants propagated and dead bindings removed.
+
+    ``replacements`` maps the handle (``_compat.handle``) of each folded binding's variable to
+    its folded value.
+    """
     rewritten = _FoldRewriter(mod, replacements).visit_expr(func)
     return relax.analysis.remove_all_unused(rewritten)

@@ -1129,3 +1129,30 @@ def nested_function():
             return w
 
     return Mod
+
+
+@_case("folds")
+def weaker_annotated_types():
+    """A constant bound to a variable annotated with a weaker type (ndim only, no shape).
+
+    Once the constant replaces the variable, the argument's type is more precise, so stock
+    infers the call's result type again; the call that reads that result sees a renamed
+    variable; a call whose replaced argument keeps its type keeps its own.
+    """
+    rng = _rng(65)
+    a, b = _f32(rng, 4, 8), _f32(rng, 4, 8)
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((4, 8), "float32")):
+            with R.dataflow():
+                w: R.Tensor(dtype="float32", ndim=2) = R.const(a, "float32")
+                v = R.multiply(R.const(b, "float32"), R.const(b, "float32"))  # folds, same type
+                y = R.add(x, w)  # no fold: runtime x; its argument's type gets precise
+                z = R.subtract(y, v)  # no fold: runtime y (renamed: its type changed)
+                u = R.multiply(x, v)  # no fold: runtime x; v's type does not change
+                R.output(z, u)
+            return (z, u)
+
+    return Mod
