@@ -128,14 +128,19 @@ def host_function(site: CallSite) -> Optional[HostFunction]:
 def run_host(
     function: HostFunction, leaves: Sequence[tvm.runtime.Tensor], info: TensorInfo
 ) -> tvm.runtime.Tensor:
-    """Run ``function`` on tensors into a new tensor of ``info``'s shape and dtype."""
+    """Run ``function`` on tensors into a new tensor of ``info``'s shape and dtype.
+
+    The operands are read and the result written in place through DLPack, so a reshape or a
+    transpose copies its elements once, as its kernel would.
+    """
     assert info.shape is not None and None not in info.shape, "folded results are static"
     shape = tuple(int(d) for d in info.shape if d is not None)
     # np.asarray: np.take of a 0-d index gives a NumPy scalar
-    result = np.asarray(function([leaf.numpy() for leaf in leaves], shape))
+    result = np.asarray(function([np.from_dlpack(leaf) for leaf in leaves], shape))
     if result.shape != shape or str(result.dtype) != str(info.dtype):
         raise ValueError(
             f"host copy gave {result.dtype}{list(result.shape)}, expected {info.dtype}{list(shape)}"
         )
-    # not np.ascontiguousarray, which makes a 0-d result 1-d
-    return tvm.runtime.tensor(np.array(result, order="C"), tvm.cpu(0))
+    out = tvm.runtime.empty(shape, str(info.dtype), tvm.cpu(0))
+    np.copyto(np.from_dlpack(out), result)
+    return out
