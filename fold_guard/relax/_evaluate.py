@@ -60,7 +60,7 @@ def evaluate_plan(
             else:
                 outputs = [tvm.runtime.empty(i.shape, i.dtype, device) for i in node.outputs]
                 args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
-                library.function(kernel)(*args, *outputs)
+                library.function_for(kernel, site, leaves)(*args, *outputs)
         except Exception as err:
             failures[node_id] = f"{type(err).__name__}: {err}".splitlines()[0]
             if strict:

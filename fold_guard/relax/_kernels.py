@@ -35,7 +35,7 @@ from . import _compat
 from ._host import HostFunction, host_function
 from ._kernel_cache import CacheSetting, KernelCache, resolve_cache
 from ._lower import CallSite, SiteKind, StaticShapeVar
-from ._opt_level import OPTIMIZED_TARGET, build_target
+from ._opt_level import OPTIMIZED_TARGET, ValueGuard, build_target
 from ._stock import legalized_call_tir, needs_scalar_decision
 
 __all__ = ["SHAPE_GENERIC_OPS", "Kernel", "KernelLibrary", "KernelSet", "prepare_kernels"]
@@ -85,6 +85,8 @@ class Kernel:
     arg_map: Tuple[object, ...]  # int: index into CallSite.leaves; otherwise a runtime Tensor
     out_ty: object = None  # the result type the kernel was legalized for (symbolic or static)
     target: str = OPTIMIZED_TARGET  # what it is built for (see ``_opt_level``)
+    #: checked on a call's operand values before running a ``-O0`` kernel (see ``_opt_level``)
+    guard: Optional[ValueGuard] = None
 
 
 @dataclass
@@ -286,7 +288,8 @@ def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Ker
                 None,
                 f"legalized call_tir takes {arg}, which is neither an operand nor a constant",
             )
-    return Kernel(prim_func, tuple(arg_map), value.ty_args[0], build_target(request.members)), ""
+    target, guard = build_target(request.members)
+    return Kernel(prim_func, tuple(arg_map), value.ty_args[0], target, guard), ""
 
 
 def _split_by_shape(members: Sequence[CallSite]) -> List[List[CallSite]]:
@@ -514,6 +517,29 @@ class KernelLibrary:
             {key for symbol, key in keys.items() if key in found and key not in missing}
         )
         return left
+
+    def function_for(
+        self, kernel: Kernel, site: CallSite, leaves: Sequence[tvm.runtime.Tensor]
+    ) -> Any:
+        """The compiled function to run ``site`` with: its kernel's, unless the guard turns it away."""
+        if kernel.guard is not None and not kernel.guard(
+            site, [np.from_dlpack(leaf) for leaf in leaves]
+        ):
+            return self.optimized_function(kernel)
+        return self.function(kernel)
+
+    def optimized_function(self, kernel: Kernel) -> Any:
+        """``kernel`` built at stock's ``-O3`` in memory (once), for a call its guard turned away."""
+        key = (id(kernel.prim_func), OPTIMIZED_TARGET)
+        if key not in self._symbols:
+            symbol = f"fold_guard_kernel_{len(self._funcs)}"
+            self._funcs[symbol] = (
+                kernel.prim_func.with_attr("global_symbol", symbol),
+                OPTIMIZED_TARGET,
+            )
+            self._symbols[key] = symbol
+            self._build_in_memory(OPTIMIZED_TARGET, {symbol: self._funcs[symbol][0]})
+        return self.function(Kernel(kernel.prim_func, kernel.arg_map, target=OPTIMIZED_TARGET))
 
     def function(self, kernel: Kernel) -> Any:
         """The compiled function for ``kernel``; RuntimeError if its build failed."""

@@ -24,20 +24,29 @@ ones quantized models fold, each under the condition that keeps it clear of pois
   index arithmetic ONNX ``Gather`` imports with).
 
 Every value a kernel loads is concrete (poison never crosses a buffer), so each kernel is judged
-on its own operations.
+on its own operations. Conditions on values are checked when the kernel is chosen where every
+operand is a constant of the module; where one is computed by an earlier fold, the kernel is
+built at ``-O0`` with the condition as a guard, checked on the operands just before the call:
+a call that fails it runs an ``-O3`` build of the same kernel, compiled then.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _compat
 from ._lower import CallSite
 
-__all__ = ["OPTIMIZED_TARGET", "QUICK_BUILD_MAX_BYTES", "QUICK_TARGET", "build_target"]
+__all__ = [
+    "OPTIMIZED_TARGET",
+    "QUICK_BUILD_MAX_BYTES",
+    "QUICK_TARGET",
+    "ValueGuard",
+    "build_target",
+]
 
 #: The target stock ``FoldConstant`` builds for (LLVM's default, ``-O3``).
 OPTIMIZED_TARGET = "llvm"
@@ -53,26 +62,30 @@ def _dtype(expr: object) -> str:
     return str(_compat.dtype_of(_compat.type_of(expr)))
 
 
+#: A check on a call's operand values (in leaf order) that the -O0 kernel is exact for them.
+ValueGuard = Callable[[CallSite, Sequence[np.ndarray]], bool]
+
+
 def _quick_dequantize(site: CallSite) -> bool:
     data, _, zero_point = site.leaves[:3]
     if _dtype(site.call) != "float32":
         return False
-    if _dtype(data) in _NARROW_INTEGERS and _dtype(zero_point) in _NARROW_INTEGERS:
+    narrow = _dtype(data) in _NARROW_INTEGERS and _dtype(zero_point) in _NARROW_INTEGERS
+    return narrow or _dtype(data) == "int32"
+
+
+def _zero_points_are_zero(site: CallSite, values: Sequence[np.ndarray]) -> bool:
+    if _dtype(site.leaves[0]) in _NARROW_INTEGERS:
         return True
-    constant = site.leaf_constants[2]
-    return (
-        _dtype(data) == "int32"
-        and constant is not None
-        and not _compat.constant_array(constant).numpy().any()
-    )
+    return not np.asarray(values[2]).any()  # int32 - 0 cannot overflow
 
 
 def _quick_quantize(site: CallSite) -> bool:
-    if _dtype(site.call) not in _NARROW_INTEGERS or _dtype(site.leaves[0]) != "float32":
-        return False
-    if any(constant is None for constant in site.leaf_constants[:3]):
-        return False  # computed by another fold: its values are not known before building
-    data, scale = (_compat.constant_array(c).numpy() for c in site.leaf_constants[:2])
+    return _dtype(site.call) in _NARROW_INTEGERS and _dtype(site.leaves[0]) == "float32"
+
+
+def _no_nan_quotient(site: CallSite, values: Sequence[np.ndarray]) -> bool:
+    data, scale = values[:2]
     return not np.isnan(data).any() and bool(np.isfinite(scale).all() and (scale != 0).all())
 
 
@@ -90,28 +103,35 @@ def _quick_where(site: CallSite) -> bool:
 
 def _quick_integer_arithmetic(site: CallSite) -> bool:
     dtype = _dtype(site.call)
-    if not _is_integer(dtype) or dtype == "bool" or any(c is None for c in site.leaf_constants):
-        return False
-    left, right = (
-        _compat.constant_array(c).numpy().astype(object) for c in site.leaf_constants[:2]
-    )
+    return _is_integer(dtype) and dtype != "bool"
+
+
+def _exact_result_fits(site: CallSite, values: Sequence[np.ndarray]) -> bool:
+    left, right = (np.asarray(v).astype(object) for v in values[:2])
     exact = left + right if site.call.op.name == "relax.add" else left - right
-    bounds = np.iinfo(dtype)
+    bounds = np.iinfo(_dtype(site.call))
     return all(bounds.min <= int(v) <= bounds.max for v in np.asarray(exact).reshape(-1))
 
 
 _SELECTABLE = frozenset(_NARROW_INTEGERS | {"bool", "int32", "int64", "uint32", "uint64"})
-_QUICK_OPS = {
-    "relax.dequantize": _quick_dequantize,
-    "relax.quantize": _quick_quantize,
-    "relax.where": _quick_where,
-    "relax.add": _quick_integer_arithmetic,
-    "relax.subtract": _quick_integer_arithmetic,
+#: op -> (what its types must be, what its operand values must be, or None)
+_QUICK_OPS: Dict[str, Tuple[Callable[[CallSite], bool], Optional[ValueGuard]]] = {
+    "relax.dequantize": (_quick_dequantize, _zero_points_are_zero),
+    "relax.quantize": (_quick_quantize, _no_nan_quotient),
+    "relax.where": (_quick_where, None),
+    "relax.add": (_quick_integer_arithmetic, _exact_result_fits),
+    "relax.subtract": (_quick_integer_arithmetic, _exact_result_fits),
     **{
-        f"relax.{name}": _quick_compare
+        f"relax.{name}": (_quick_compare, None)
         for name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal")
     },
 }
+
+
+def _known_values(site: CallSite) -> Optional[List[np.ndarray]]:
+    if any(constant is None for constant in site.leaf_constants):
+        return None  # computed by another fold: known only when it is evaluated
+    return [_compat.constant_array(c).numpy() for c in site.leaf_constants]
 
 
 def _output_bytes(site: CallSite) -> int:
@@ -123,13 +143,27 @@ def _output_bytes(site: CallSite) -> int:
     return int(np.prod(dims, dtype=np.int64)) * np.dtype(_dtype(site.call)).itemsize
 
 
-def build_target(members: Sequence[CallSite]) -> str:
+def build_target(members: Sequence[CallSite]) -> Tuple[str, Optional[ValueGuard]]:
     """The target the kernel serving ``members`` (calls of one op signature) is built for.
 
     Returns :data:`QUICK_TARGET` where ``-O0`` is both exact and cheaper, else
-    :data:`OPTIMIZED_TARGET`.
+    :data:`OPTIMIZED_TARGET`; and, where exactness depends on operand values some member only
+    has once an earlier fold is evaluated, the guard to check on them before running the
+    ``-O0`` kernel (a call that fails it runs an ``-O3`` build of the same kernel instead).
     """
     rule = _QUICK_OPS.get(members[0].call.op.name)
     if rule is None or sum(_output_bytes(site) for site in members) > QUICK_BUILD_MAX_BYTES:
-        return OPTIMIZED_TARGET
-    return QUICK_TARGET if all(rule(site) for site in members) else OPTIMIZED_TARGET
+        return OPTIMIZED_TARGET, None
+    types_allow, guard = rule
+    if not all(types_allow(site) for site in members):
+        return OPTIMIZED_TARGET, None
+    if guard is None:
+        return QUICK_TARGET, None
+    unknown = False
+    for site in members:
+        values = _known_values(site)
+        if values is None:
+            unknown = True
+        elif not guard(site, values):
+            return OPTIMIZED_TARGET, None
+    return QUICK_TARGET, guard if unknown else None

@@ -34,10 +34,14 @@ def _module(make_calls) -> tvm.IRModule:
     return bb.get()
 
 
+def _kernels(mod: tvm.IRModule):
+    analysis = analyse(mod, "default", StepTimer())
+    return [analysis.kernels.kernels[node.id] for node in analysis.graph.nodes]
+
+
 def _targets(mod: tvm.IRModule) -> list[str]:
     """The build target of each call's kernel, in binding order."""
-    analysis = analyse(mod, "default", StepTimer())
-    return [analysis.kernels.kernels[node.id].target for node in analysis.graph.nodes]
+    return [kernel.target for kernel in _kernels(mod)]
 
 
 def _c(array) -> relax.Constant:
@@ -124,6 +128,35 @@ def test_both_levels_share_one_fold_and_one_cache(tmp_path) -> None:
     assert (warm.report.kernels_compiled, warm.report.kernels_cached) == (0, 2)
     assert tvm_ffi.structural_equal(cold.mod, stock)
     assert tvm_ffi.structural_equal(warm.mod, stock)
+
+
+@pytest.mark.parametrize("poisoned", [False, True])
+def test_values_known_only_at_evaluation_are_guarded(poisoned: bool) -> None:
+    """Operands computed by earlier folds are checked before the -O0 kernel runs.
+
+    A quantize of a folded 0 / 0 (NaN) and an int64 add of a folded value that overflows fail
+    their guards and run -O3 builds of their kernels instead, compiled on demand.
+    """
+    numerator = np.float32([[0, 1], [2, 3]] if poisoned else [[1, 1], [2, 3]])
+    factor = np.int64([2, 0] if poisoned else [1, 0])
+
+    def calls():
+        ratio = relax.op.divide(_c(numerator), _c(np.float32([[0, 1], [1, 1]])))
+        offset = relax.op.multiply(_c(np.int64(2**61)), _c(factor))
+        return [
+            relax.op.quantize(
+                ratio, _c(np.float32([0.05, 0.1])), _c(np.int8([0, 0])), axis=1, out_dtype="int8"
+            ),
+            relax.op.add(_c(np.int64([2**62, 1])), offset),
+        ]
+
+    mod = _module(calls)
+    guarded = [k for k in _kernels(mod) if k.guard is not None]
+    assert len(guarded) == 2 and all(k.target == QUICK_TARGET for k in guarded)
+    result = fgr.fold(mod, kernel_cache=False)
+    assert tvm_ffi.structural_equal(result.mod, relax.transform.FoldConstant()(mod))
+    # divide, multiply (-O3), quantize, add (-O0); then the two -O3 builds the guards asked for
+    assert result.report.kernels_compiled == (6 if poisoned else 4)
 
 
 _F32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
