@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from golden import calls_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm import relax
@@ -21,18 +22,6 @@ from tvm import relax
 import fold_guard
 import fold_guard.relax as fgr
 from fold_guard._core.reasons import Reason
-
-
-def _module(make_calls) -> tvm.IRModule:
-    """``main(x)`` returning ``x`` and the calls ``make_calls()`` builds, each bound in a dataflow block."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((2,), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            outs = [bb.emit(call) for call in make_calls()]
-            gv = bb.emit_output(relax.Tuple([x, *outs]))
-        bb.emit_func_output(gv)
-    return bb.get()
 
 
 def _assert_bits_equal_stock(mod: tvm.IRModule) -> fgr.FoldResult:
@@ -65,7 +54,7 @@ def test_data_movement_folds_like_stock_without_a_kernel() -> None:
             relax.op.shape_to_tensor(relax.ShapeExpr([5, 7])),
         ]
 
-    result = _assert_bits_equal_stock(_module(calls))
+    result = _assert_bits_equal_stock(calls_module(calls))
     assert [d.reason for d in result.plan.decisions] == [Reason.FOLDED] * 11
     assert result.report.kernels_compiled == 0
 
@@ -85,7 +74,7 @@ def test_nan_payloads_and_narrow_types_are_copied_bit_for_bit() -> None:
             relax.op.permute_dims(_const(small)),
         ]
 
-    result = _assert_bits_equal_stock(_module(calls))
+    result = _assert_bits_equal_stock(calls_module(calls))
     assert result.report.kernels_compiled == 0
     folded = result.mod["main"].body.blocks[0].bindings[-1].value.fields
     assert folded[1].value.numpy().view("uint32").reshape(-1).tolist() == [
@@ -100,7 +89,7 @@ def test_types_numpy_cannot_hold_still_get_a_kernel() -> None:
     """bfloat16 has no NumPy type of its own: its reshape is compiled, as stock does it."""
     data = relax.const(tvm.runtime.tensor(np.zeros((2, 3), "float32")))
     result = _assert_bits_equal_stock(
-        _module(lambda: [relax.op.reshape(relax.op.astype(data, "bfloat16"), (3, 2))])
+        calls_module(lambda: [relax.op.reshape(relax.op.astype(data, "bfloat16"), (3, 2))])
     )
     assert result.report.kernels_compiled >= 2  # the astype and the bfloat16 reshape
 
@@ -114,14 +103,16 @@ def test_reshape_of_a_computed_constant_feeds_the_next_kernel() -> None:
         reshaped = relax.op.reshape(_const(bias), (1, 8, 1, 1))
         return [relax.op.multiply(reshaped, _const(scale)), relax.op.permute_dims(reshaped)]
 
-    result = _assert_bits_equal_stock(_module(calls))
+    result = _assert_bits_equal_stock(calls_module(calls))
     assert result.report.kernels_compiled == 1  # the multiply
 
 
 def test_out_of_bounds_fast_take_is_kept_not_read() -> None:
     """Stock's kernel reads outside the buffer here (its result is undefined): fold_guard keeps the call."""
     data = np.arange(6, dtype="float32").reshape(2, 3)
-    mod = _module(lambda: [relax.op.take(_const(data), _const(np.array([0, 5], "int64")), axis=1)])
+    mod = calls_module(
+        lambda: [relax.op.take(_const(data), _const(np.array([0, 5], "int64")), axis=1)]
+    )
     result = fgr.fold(mod, kernel_cache=False)
     (decision,) = result.plan.decisions
     assert decision.reason is Reason.EVAL_FAILED
@@ -165,4 +156,4 @@ def _movement(draw):
 @given(st.lists(_movement(), min_size=1, max_size=3))
 def test_random_data_movement_matches_stock_bit_for_bit(calls) -> None:
     """RFC.md, guarantees 1 and 2: stock's module, constant for constant, bit for bit."""
-    _assert_bits_equal_stock(_module(lambda: calls))
+    _assert_bits_equal_stock(calls_module(lambda: calls))

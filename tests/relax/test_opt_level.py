@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
+from golden import calls_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm import relax
@@ -21,17 +22,6 @@ import fold_guard.relax as fgr
 from fold_guard._core.report import StepTimer
 from fold_guard.relax._opt_level import OPTIMIZED_TARGET, QUICK_BUILD_MAX_BYTES, QUICK_TARGET
 from fold_guard.relax._pass import analyse
-
-
-def _module(make_calls) -> tvm.IRModule:
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((2,), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            outs = [bb.emit(call) for call in make_calls()]
-            gv = bb.emit_output(relax.Tuple([x, *outs]))
-        bb.emit_func_output(gv)
-    return bb.get()
 
 
 def _kernels(mod: tvm.IRModule):
@@ -101,7 +91,7 @@ SLOW = OPTIMIZED_TARGET
     ],
 )
 def test_each_rule_picks_its_level_and_matches_stock(make, target) -> None:
-    mod = _module(lambda: [make()])
+    mod = calls_module(lambda: [make()])
     assert _targets(mod) == [target]
     stock = relax.transform.FoldConstant()(mod)
     assert tvm_ffi.structural_equal(fgr.fold(mod, kernel_cache=False).mod, stock)
@@ -111,7 +101,7 @@ def test_a_kernel_writing_many_bytes_is_optimized() -> None:
     """Past QUICK_BUILD_MAX_BYTES the kernel's run time outweighs its compile time."""
     rows = QUICK_BUILD_MAX_BYTES // (4 * 1024) + 1
     weight = np.ones((rows, 1024), "int8")
-    mod = _module(lambda: [_dequantize(weight, S, np.int8(0))])
+    mod = calls_module(lambda: [_dequantize(weight, S, np.int8(0))])
     assert _targets(mod) == [OPTIMIZED_TARGET]
 
 
@@ -119,7 +109,7 @@ def test_both_levels_share_one_fold_and_one_cache(tmp_path) -> None:
     def calls():
         return [_dequantize(W.astype("int8"), S, np.int8(0)), relax.op.exp(_c(W))]
 
-    mod = _module(calls)
+    mod = calls_module(calls)
     assert _targets(mod) == [QUICK_TARGET, OPTIMIZED_TARGET]
     stock = relax.transform.FoldConstant()(mod)
     cold = fgr.fold(mod, kernel_cache=tmp_path)
@@ -150,7 +140,7 @@ def test_values_known_only_at_evaluation_are_guarded(poisoned: bool) -> None:
             relax.op.add(_c(np.int64([2**62, 1])), offset),
         ]
 
-    mod = _module(calls)
+    mod = calls_module(calls)
     guarded = [k for k in _kernels(mod) if k.guard is not None]
     assert len(guarded) == 2 and all(k.target == QUICK_TARGET for k in guarded)
     result = fgr.fold(mod, kernel_cache=False)
@@ -195,6 +185,6 @@ def _edge_dequantize(draw):
 @given(st.lists(st.one_of(_edge_quantize(), _edge_dequantize()), min_size=1, max_size=3))
 def test_edge_values_fold_to_stock_bits_at_either_level(calls) -> None:
     """RFC.md, guarantee 2: folded constants are bit-identical to stock's."""
-    mod = _module(lambda: calls)
+    mod = calls_module(lambda: calls)
     stock = relax.transform.FoldConstant()(mod)
     assert tvm_ffi.structural_equal(fgr.fold(mod, kernel_cache=False).mod, stock)
