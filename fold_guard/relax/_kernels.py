@@ -422,13 +422,14 @@ def prepare_kernels(
 
 
 class KernelLibrary:
-    """The distinct PrimFuncs of a set of kernels, compiled together once per target for the CPU.
+    """The distinct PrimFuncs of a set of kernels, compiled together once for the CPU.
 
-    With a kernel cache (``cache_setting``, as :func:`~fold_guard.relax._kernel_cache.resolve_cache`
-    reads it), kernels built before (by this or another process) are loaded from disk and only
-    the others are compiled, into one library per target that the cache keeps; without one,
-    everything is built in memory and run by the JIT. Each kernel is built for its own
-    ``target`` (see ``_opt_level``).
+    Each kernel is built for its own ``target`` (its LLVM optimization level, see
+    ``_opt_level``). With a kernel cache (``cache_setting``, as
+    :func:`~fold_guard.relax._kernel_cache.resolve_cache` reads it), kernels built before (by
+    this or another process) are loaded from disk and the others are compiled into one library,
+    whatever their targets, that the cache keeps; without one, they are built in memory, one
+    batch per target, and run by the JIT.
     """
 
     def __init__(self, kernels: Sequence[Kernel], cache_setting: CacheSetting = False):
