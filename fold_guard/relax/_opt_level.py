@@ -89,8 +89,12 @@ def _no_nan_quotient(site: CallSite, values: Sequence[np.ndarray]) -> bool:
     return not np.isnan(data).any() and bool(np.isfinite(scale).all() and (scale != 0).all())
 
 
+#: Integer types NumPy holds too (the guards read values with NumPy; no sub-byte types).
+_INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+
+
 def _is_integer(dtype: str) -> bool:
-    return dtype.startswith(("int", "uint")) or dtype == "bool"
+    return dtype in _INTEGERS or dtype == "bool"
 
 
 def _quick_compare(site: CallSite) -> bool:
@@ -113,7 +117,7 @@ def _exact_result_fits(site: CallSite, values: Sequence[np.ndarray]) -> bool:
     return all(bounds.min <= int(v) <= bounds.max for v in np.asarray(exact).reshape(-1))
 
 
-_SELECTABLE = frozenset(_NARROW_INTEGERS | {"bool", "int32", "int64", "uint32", "uint64"})
+_SELECTABLE = frozenset(_INTEGERS | {"bool"})
 #: op -> (what its types must be, what its operand values must be, or None)
 _QUICK_OPS: Dict[str, Tuple[Callable[[CallSite], bool], Optional[ValueGuard]]] = {
     "relax.dequantize": (_quick_dequantize, _zero_points_are_zero),

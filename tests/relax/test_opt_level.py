@@ -97,6 +97,16 @@ def test_each_rule_picks_its_level_and_matches_stock(make, target) -> None:
     assert tvm_ffi.structural_equal(fgr.fold(mod, kernel_cache=False).mod, stock)
 
 
+def test_sub_byte_integers_are_optimized() -> None:
+    """int4 has no NumPy type for a guard to read: its arithmetic is built at -O3, as stock's."""
+    small = relax.op.astype(_c(np.float32([1, 2, 3, 4])), "int4")
+    mod = calls_module(lambda: [relax.op.add(small, small)])
+    assert _targets(mod) == [OPTIMIZED_TARGET, OPTIMIZED_TARGET]
+    assert tvm_ffi.structural_equal(
+        fgr.fold(mod, kernel_cache=False).mod, relax.transform.FoldConstant()(mod)
+    )
+
+
 def test_a_kernel_writing_many_bytes_is_optimized() -> None:
     """Past QUICK_BUILD_MAX_BYTES the kernel's run time outweighs its compile time."""
     rows = QUICK_BUILD_MAX_BYTES // (4 * 1024) + 1
