@@ -15,7 +15,7 @@ report says why, rather than folding whatever memory the kernel would have read.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -25,14 +25,14 @@ from .._core.graph import TensorInfo
 from . import _compat
 from ._lower import CallSite, StaticShapeVar
 
-__all__ = ["HOST_OPS", "HostFunction", "host_function", "run_host"]
+__all__ = ["HOST_OPS", "NUMPY_EXACT_DTYPES", "HostFunction", "host_function", "run_host"]
 
 #: leaf arrays, result shape -> the result
 HostFunction = Callable[[Sequence[np.ndarray], Tuple[int, ...]], np.ndarray]
 
 #: Data types whose every bit pattern NumPy holds and copies unchanged (no bfloat16, float8 or
 #: sub-byte types, which NumPy would widen or pack differently).
-_NUMPY_EXACT_DTYPES = frozenset(
+NUMPY_EXACT_DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64".split()
 )
 
@@ -82,25 +82,28 @@ def _shape_to_tensor(site: CallSite) -> Optional[HostFunction]:
     return lambda leaves, shape: np.array(values, dtype="int64").reshape(shape)
 
 
-def _for_op(site: CallSite) -> Optional[HostFunction]:
-    op, attrs = site.call.op.name, site.call.attrs
-    if op in ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten"):
-        return _reshaped
-    if op == "relax.permute_dims":
-        return _permute(None if attrs.axes is None else tuple(int(a) for a in attrs.axes))
-    if op == "relax.take":
-        axis = None if attrs.axis is None else int(attrs.axis)
-        return _take(axis, str(attrs.mode))
-    if op == "relax.shape_to_tensor":
-        return _shape_to_tensor(site)
-    return None
+def _permute_of(site: CallSite) -> HostFunction:
+    axes = site.call.attrs.axes
+    return _permute(None if axes is None else tuple(int(a) for a in axes))
 
 
+def _take_of(site: CallSite) -> HostFunction:
+    attrs = site.call.attrs
+    return _take(None if attrs.axis is None else int(attrs.axis), str(attrs.mode))
+
+
+#: op -> how to make its host function for one call (None: that call needs its kernel)
+_HOST_FUNCTIONS: Dict[str, Callable[[CallSite], Optional[HostFunction]]] = {
+    **{
+        f"relax.{name}": lambda site: _reshaped
+        for name in ("reshape", "expand_dims", "squeeze", "flatten")
+    },
+    "relax.permute_dims": _permute_of,
+    "relax.take": _take_of,
+    "relax.shape_to_tensor": _shape_to_tensor,
+}
 #: The ops :func:`host_function` may answer for.
-HOST_OPS = frozenset(
-    "relax." + name
-    for name in "reshape expand_dims squeeze flatten permute_dims take shape_to_tensor".split()
-)
+HOST_OPS = frozenset(_HOST_FUNCTIONS)
 
 
 def host_function(site: CallSite) -> Optional[HostFunction]:
@@ -120,9 +123,9 @@ def host_function(site: CallSite) -> Optional[HostFunction]:
     result_types = _compat.flatten_types(_compat.type_of(site.call))
     dtypes = [_compat.dtype_of(_compat.type_of(leaf)) for leaf in site.leaves]
     dtypes += [_compat.dtype_of(t) for t in result_types]
-    if len(result_types) != 1 or not all(str(d) in _NUMPY_EXACT_DTYPES for d in dtypes):
+    if len(result_types) != 1 or not all(str(d) in NUMPY_EXACT_DTYPES for d in dtypes):
         return None
-    return _for_op(site)
+    return _HOST_FUNCTIONS[site.call.op.name](site)
 
 
 def run_host(

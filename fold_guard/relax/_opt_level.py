@@ -15,13 +15,13 @@ whose calls write at most :data:`QUICK_BUILD_MAX_BYTES` together. The ops that q
 ones quantized models fold, each under the condition that keeps it clear of poison:
 
 - ``dequantize`` to float32 of 8- or 16-bit integers (widen, subtract in int32: cannot
-  overflow, convert, multiply), or of int32 with zero points the module holds as zeros;
-- ``quantize`` of float32 to 8- or 16-bit integers, when every operand is a constant of the
-  module with no NaN in the data and only finite, non-zero scales: ``x / scale`` is then never
-  NaN, and the clip to bounds float32 holds exactly leaves the conversion in range;
+  overflow, convert, multiply), or of int32 with zero points that are all zero;
+- ``quantize`` of float32 to 8- or 16-bit integers, when the data holds no NaN and every
+  scale is finite and non-zero: ``x / scale`` is then never NaN, and the clip to bounds
+  float32 holds exactly leaves the conversion in range;
 - integer comparisons, and ``where`` (a select: values pass through, nothing is compared);
-- integer ``add`` / ``subtract`` of module constants whose exact results fit their dtype (the
-  index arithmetic ONNX ``Gather`` imports with).
+- integer ``add`` / ``subtract`` whose exact results fit their dtype (the index arithmetic
+  ONNX ``Gather`` imports with).
 
 Every value a kernel loads is concrete (poison never crosses a buffer), so each kernel is judged
 on its own operations. Conditions on values are checked when the kernel is chosen where every
@@ -37,7 +37,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._core.graph import dtype_nbytes
 from . import _compat
+from ._host import NUMPY_EXACT_DTYPES
 from ._lower import CallSite
 
 __all__ = [
@@ -90,7 +92,7 @@ def _no_nan_quotient(site: CallSite, values: Sequence[np.ndarray]) -> bool:
 
 
 #: Integer types NumPy holds too (the guards read values with NumPy; no sub-byte types).
-_INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+_INTEGERS = frozenset(d for d in NUMPY_EXACT_DTYPES if d.startswith(("int", "uint")))
 
 
 def _is_integer(dtype: str) -> bool:
@@ -111,10 +113,20 @@ def _quick_integer_arithmetic(site: CallSite) -> bool:
 
 
 def _exact_result_fits(site: CallSite, values: Sequence[np.ndarray]) -> bool:
-    left, right = (np.asarray(v).astype(object) for v in values[:2])
-    exact = left + right if site.call.op.name == "relax.add" else left - right
-    bounds = np.iinfo(_dtype(site.call))
-    return all(bounds.min <= int(v) <= bounds.max for v in np.asarray(exact).reshape(-1))
+    dtype = np.dtype(_dtype(site.call))
+    left, right = (np.asarray(v, dtype) for v in values[:2])
+    adding = site.call.op.name == "relax.add"
+    if dtype.itemsize < 8:  # exact in int64, then compared with the bounds
+        wide = left.astype(np.int64) + (1 if adding else -1) * right.astype(np.int64)
+        bounds = np.iinfo(dtype)
+        return bool(((wide >= bounds.min) & (wide <= bounds.max)).all())
+    # 64 bits: NumPy wraps; the wrapped result tells whether the exact one overflowed
+    wrapped = np.add(left, right) if adding else np.subtract(left, right)
+    if dtype.kind == "u":
+        return not (wrapped < left).any() if adding else not (left < right).any()
+    if adding:  # overflow: both operands have the sign the result lacks
+        return not (((left ^ wrapped) & (right ^ wrapped)) < 0).any()
+    return not (((left ^ right) & (left ^ wrapped)) < 0).any()
 
 
 _SELECTABLE = frozenset(_INTEGERS | {"bool"})
@@ -135,16 +147,12 @@ _QUICK_OPS: Dict[str, Tuple[Callable[[CallSite], bool], Optional[ValueGuard]]] =
 def _known_values(site: CallSite) -> Optional[List[np.ndarray]]:
     if any(constant is None for constant in site.leaf_constants):
         return None  # computed by another fold: known only when it is evaluated
-    return [_compat.constant_array(c).numpy() for c in site.leaf_constants]
+    return [np.from_dlpack(_compat.constant_array(c)) for c in site.leaf_constants]
 
 
 def _output_bytes(site: CallSite) -> int:
-    ty = _compat.type_of(site.call)
-    shape = _compat.static_shape(ty)
-    dims = [dim for dim in shape or () if dim is not None]
-    if shape is None or len(dims) != len(shape):
-        return QUICK_BUILD_MAX_BYTES + 1  # not static: never built quickly
-    return int(np.prod(dims, dtype=np.int64)) * np.dtype(_dtype(site.call)).itemsize
+    nbytes = dtype_nbytes(_dtype(site.call), _compat.static_shape(_compat.type_of(site.call)))
+    return QUICK_BUILD_MAX_BYTES + 1 if nbytes is None else nbytes  # not static: never quick
 
 
 def build_target(members: Sequence[CallSite]) -> Tuple[str, Optional[ValueGuard]]:

@@ -97,6 +97,26 @@ def test_each_rule_picks_its_level_and_matches_stock(make, target) -> None:
     assert tvm_ffi.structural_equal(fgr.fold(mod, kernel_cache=False).mod, stock)
 
 
+@pytest.mark.parametrize(
+    ("left", "right", "op", "fits"),
+    [
+        (np.int64([-(2**63)]), np.int64(1), relax.op.subtract, False),
+        (np.int64([-(2**62)]), np.int64(2**62), relax.op.subtract, True),
+        (np.uint64([2**63, 1]), np.uint64(2**63), relax.op.add, False),
+        (np.uint64([2**63 - 1]), np.uint64(2**63), relax.op.add, True),
+        (np.uint64([0, 5]), np.uint64(1), relax.op.subtract, False),
+        (np.uint8([255, 0]), np.uint8(1), relax.op.add, False),
+        (np.uint16([7]), np.uint16(7), relax.op.subtract, True),
+    ],
+)
+def test_integer_overflow_is_found_at_every_width(left, right, op, fits) -> None:
+    """Only the level is compared: where the exact result overflows, TVM's ``nsw`` / ``nuw``
+    arithmetic is undefined, and stock's kernel (its scalar an immediate) need not agree with any
+    other build."""
+    mod = calls_module(lambda: [op(_c(left), _c(right))])
+    assert _targets(mod) == [QUICK_TARGET if fits else SLOW]
+
+
 def test_sub_byte_integers_are_optimized() -> None:
     """int4 has no NumPy type for a guard to read: its arithmetic is built at -O3, as stock's."""
     small = relax.op.astype(_c(np.float32([1, 2, 3, 4])), "int4")
