@@ -433,33 +433,39 @@ class KernelLibrary:
     """
 
     def __init__(self, kernels: Sequence[Kernel], cache_setting: CacheSetting = False):
+        #: (PrimFunc wrapper id, target) -> symbol
         self._symbols: Dict[Tuple[int, str], str] = {}
         #: symbol -> (PrimFunc, the target it is built for)
         self._funcs: Dict[str, Tuple[tvm.tirx.PrimFunc, str]] = {}
+        #: (structural hash, target) -> the PrimFuncs registered under it, with their symbols
+        self._by_hash: Dict[Tuple[int, str], List[Tuple[tvm.tirx.PrimFunc, str]]] = {}
         self._cache_setting = cache_setting
-        by_hash: Dict[Tuple[int, str], List[Tuple[tvm.tirx.PrimFunc, str]]] = {}
         for kernel in kernels:
-            key = (id(kernel.prim_func), kernel.target)
-            if key in self._symbols:
-                continue
-            bucket = by_hash.setdefault(
-                (tvm_ffi.structural_hash(kernel.prim_func), kernel.target), []
-            )
-            symbol = next(
-                (s for f, s in bucket if tvm_ffi.structural_equal(f, kernel.prim_func)), None
-            )
-            if symbol is None:
-                symbol = f"fold_guard_kernel_{len(self._funcs)}"
-                named = kernel.prim_func.with_attr("global_symbol", symbol)
-                self._funcs[symbol] = (named, kernel.target)
-                bucket.append((kernel.prim_func, symbol))
-            self._symbols[key] = symbol
+            self._register(kernel.prim_func, kernel.target)
         #: symbol -> (the runtime module that holds it, its name there)
         self._compiled: Dict[str, Tuple[Any, str]] = {}
         self.failures: Dict[str, str] = {}
         #: kernels compiled by this library, and kernels loaded from the persistent cache
         self.compiled = 0
         self.cached = 0
+
+    def _register(self, prim_func: tvm.tirx.PrimFunc, target: str) -> Tuple[str, bool]:
+        """The symbol ``prim_func`` is built under for ``target``, and whether it is new.
+
+        Structurally equal PrimFuncs for one target share a symbol, so they are built once.
+        """
+        key = (id(prim_func), target)
+        if key in self._symbols:
+            return self._symbols[key], False
+        bucket = self._by_hash.setdefault((tvm_ffi.structural_hash(prim_func), target), [])
+        symbol = next((s for f, s in bucket if tvm_ffi.structural_equal(f, prim_func)), None)
+        new = symbol is None
+        if symbol is None:
+            symbol = f"fold_guard_kernel_{len(self._funcs)}"
+            self._funcs[symbol] = (prim_func.with_attr("global_symbol", symbol), target)
+            bucket.append((prim_func, symbol))
+        self._symbols[key] = symbol
+        return symbol, new
 
     def build(self) -> None:
         """Load cached kernels, compile the rest in one batch per target; on failure one by one."""
@@ -531,20 +537,16 @@ class KernelLibrary:
 
     def optimized_function(self, kernel: Kernel) -> Any:
         """``kernel`` built at stock's ``-O3`` in memory (once), for a call its guard turned away."""
-        key = (id(kernel.prim_func), OPTIMIZED_TARGET)
-        if key not in self._symbols:
-            symbol = f"fold_guard_kernel_{len(self._funcs)}"
-            self._funcs[symbol] = (
-                kernel.prim_func.with_attr("global_symbol", symbol),
-                OPTIMIZED_TARGET,
-            )
-            self._symbols[key] = symbol
+        symbol, new = self._register(kernel.prim_func, OPTIMIZED_TARGET)
+        if new:
             self._build_in_memory(OPTIMIZED_TARGET, {symbol: self._funcs[symbol][0]})
-        return self.function(Kernel(kernel.prim_func, kernel.arg_map, target=OPTIMIZED_TARGET))
+        return self._compiled_function(symbol)
 
     def function(self, kernel: Kernel) -> Any:
         """The compiled function for ``kernel``; RuntimeError if its build failed."""
-        symbol = self._symbols[(id(kernel.prim_func), kernel.target)]
+        return self._compiled_function(self._symbols[(id(kernel.prim_func), kernel.target)])
+
+    def _compiled_function(self, symbol: str) -> Any:
         if symbol in self.failures:
             raise RuntimeError(self.failures[symbol])
         module, name = self._compiled[symbol]
