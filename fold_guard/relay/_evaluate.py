@@ -42,6 +42,7 @@ from ._kernels import (
     flat_form,
     prepared_key,
     same_attrs,
+    scalar_key,
     unflatten,
 )
 from ._lower import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
@@ -139,9 +140,9 @@ def _signature(expr: relay.Expr) -> Tuple[object, ...]:
 
     def describe(arg: relay.Expr) -> object:
         if isinstance(arg, relay.Constant):
-            # Scalars are inlined into the kernel as immediates, so their value is part of it.
-            value = arg.data.numpy().item() if not arg.data.shape else None
-            return (str(arg.data.dtype), tuple(int(d) for d in arg.data.shape), value)
+            if not arg.data.shape:
+                return scalar_key(arg)
+            return (str(arg.data.dtype), tuple(int(d) for d in arg.data.shape))
         if isinstance(arg, relay.Tuple):
             return tuple(describe(field) for field in arg.fields)
         return type(arg).__name__

@@ -55,6 +55,7 @@ __all__ = [
     "flat_form",
     "prepared_key",
     "same_attrs",
+    "scalar_key",
     "unflatten",
 ]
 
@@ -114,9 +115,12 @@ def _is_scalar(arg: relay.Constant) -> bool:
     return not arg.data.shape
 
 
-def _scalar_key(arg: relay.Constant) -> Tuple[object, ...]:
-    # Inlined as an immediate: its value is part of the kernel, bit for bit (-0.0 is not 0.0,
-    # and every NaN payload is its own).
+def scalar_key(arg: relay.Constant) -> Tuple[object, ...]:
+    """What a scalar constant operand makes of a kernel's signature.
+
+    It is inlined as an immediate, so its value is part of the kernel, bit for bit (-0.0 is not
+    0.0, and every NaN payload is its own).
+    """
     return ("scalar", str(arg.data.dtype), arg.data.numpy().tobytes())
 
 
@@ -189,8 +193,7 @@ def flat_form(expr: relay.Expr) -> Optional[FlatForm]:
     if name in _NAN_OPERAND_ORDER_OPS and _nan_meets_nan(expr, out_shape):
         return None
     args = tuple(
-        _scalar_key(arg) if _is_scalar(arg) else ("tensor", str(arg.data.dtype))
-        for arg in expr.args
+        scalar_key(arg) if _is_scalar(arg) else ("tensor", str(arg.data.dtype)) for arg in expr.args
     )
     return FlatForm((name, _flat_attrs_key(expr), args), out_shape)
 
@@ -328,7 +331,7 @@ def prepared_key(expr: relay.Expr) -> Optional[Tuple[object, ...]]:
     if name.startswith("qnn.") and name not in QNN_READ_TYPES_ONLY:
         return None
     args = tuple(
-        _scalar_key(arg)
+        scalar_key(arg)
         if _is_scalar(arg)
         else ("tensor", str(arg.data.dtype), tuple(int(d) for d in arg.data.shape))
         for arg in expr.args
