@@ -17,13 +17,13 @@ one failure and a node fails at most once.
 
 from __future__ import annotations
 
-from typing import Callable, Container, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Callable, Container, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from .graph import FoldNode, InputKind
+from .graph import FoldGraph, FoldNode, InputKind
 from .planner import FoldPlan, plan_folds
 from .policy import FoldPolicy
 
-__all__ = ["Evaluate", "evaluate_until_stable", "has_inputs", "pending"]
+__all__ = ["Evaluate", "evaluate_until_stable", "has_inputs", "pending", "pending_levels"]
 
 #: The adapter's evaluation step: evaluate every folded node of the plan that has no value yet
 #: (keeping the values itself) and return the nodes whose evaluation failed, with the error text.
@@ -92,3 +92,45 @@ def pending(plan: FoldPlan, values: Container[int]) -> Iterator[FoldNode]:
         node = plan.graph.nodes[decision.node]
         if node.id not in values and has_inputs(node, values):
             yield node
+
+
+def pending_levels(plan: FoldPlan, values: Container[int]) -> Iterator[List[FoldNode]]:
+    """The nodes :func:`pending` yields, grouped by dependency level, lowest first.
+
+    A folded node's level is one more than the highest level among its folded inputs (0 for
+    none), so no node reads another of its own level: an adapter may evaluate a level's nodes in
+    any order, or at once. Each level is filtered as it is reached, so the values an adapter
+    filled for the levels before count, and a node whose input failed is skipped.
+
+    >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
+    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> t = TensorInfo.of("float32", (4,))
+    >>> const = (NodeInput(InputKind.CONSTANT, "c", t),)
+    >>> a = FoldNode(0, "exp", "a", "main", const, (t,))
+    >>> b = FoldNode(1, "negative", "b", "main", const, (t,))
+    >>> reads_both = (NodeInput(InputKind.NODE, "a", t, 0), NodeInput(InputKind.NODE, "b", t, 1))
+    >>> c = FoldNode(2, "add", "c", "main", reads_both, (t,))
+    >>> plan = plan_folds(FoldGraph((a, b, c)), DEFAULT_POLICY)
+    >>> values = {}
+    >>> for level in pending_levels(plan, values):
+    ...     print([node.id for node in level])
+    ...     values.update((node.id, "its value") for node in level)
+    [0, 1]
+    [2]
+    """
+    graph: FoldGraph = plan.graph
+    level: Dict[int, int] = {}
+    for decision in plan.folded:  # topological order: every input's level is known
+        node = graph.nodes[decision.node]
+        below = [
+            level[inp.source]
+            for inp in node.inputs
+            if inp.kind is InputKind.NODE and inp.source in level
+        ]
+        level[node.id] = 1 + max(below, default=-1)
+    grouped: Dict[int, List[FoldNode]] = {}
+    for node_id, depth in level.items():
+        if node_id not in values:
+            grouped.setdefault(depth, []).append(graph.nodes[node_id])
+    for depth in sorted(grouped):
+        yield [node for node in grouped[depth] if has_inputs(node, values)]

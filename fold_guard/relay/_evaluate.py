@@ -31,9 +31,9 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .._core.driver import has_inputs
+from .._core.driver import pending_levels
 from .._core.errors import PlanInvariantError
-from .._core.graph import FoldGraph, InputKind
+from .._core.graph import FoldGraph
 from .._core.planner import FoldPlan, evaluation_error
 from ._kernels import (
     FlatForm,
@@ -109,24 +109,6 @@ def _expression(site: CallSite, values: Mapping[int, relay.Expr]) -> relay.Expr:
     return relay.Call(call.op, args, attrs, call.type_args, call.span)
 
 
-def _levels(plan: FoldPlan, values: Mapping[int, relay.Expr]) -> List[List[int]]:
-    graph: FoldGraph = plan.graph
-    level: Dict[int, int] = {}
-    for decision in plan.folded:
-        node = graph.nodes[decision.node]
-        below = [
-            level[inp.source]
-            for inp in node.inputs
-            if inp.kind is InputKind.NODE and inp.source in level
-        ]
-        level[node.id] = 1 + max(below, default=0)
-    grouped: Dict[int, List[int]] = {}
-    for node_id, depth in level.items():
-        if node_id not in values:
-            grouped.setdefault(depth, []).append(node_id)
-    return [grouped[depth] for depth in sorted(grouped)]
-
-
 #: Distinct kernel signatures evaluated in one interpreter run. All kernels of a run live in one
 #: LLVM module until the run ends, at about 5 MiB each: 200 differently shaped calls in one run
 #: peaked near 1.2 GiB (stock: 330 MiB); in runs of 16 signatures, 394 MiB. Calls that share a
@@ -180,11 +162,10 @@ def evaluate_plan(
     runs = 0
     graph = plan.graph
     kernels: Kernels = {}
-    for level in _levels(plan, values):
+    for level in pending_levels(plan, values):  # a node whose operand failed is left out
         pending: List[int] = []
-        for node_id in level:
-            if not has_inputs(graph.nodes[node_id], values):
-                continue  # an operand failed: the re-plan keeps this node
+        for node in level:
+            node_id = node.id
             if sites[node_id].kind == SiteKind.ALLOW:
                 values[node_id] = materialize(sites[node_id].args[0], values)
             else:

@@ -34,6 +34,7 @@ from fold_guard._core import (
     Rule,
     plan_folds,
 )
+from fold_guard._core.driver import pending, pending_levels
 
 UNARY_OPS = ("relax.negative", "relax.clip_exp", "relax.tanh")
 BINARY_OPS = ("relax.add", "relax.multiply", "relax.subtract")
@@ -468,3 +469,35 @@ def test_semantic_equivalence(case, seed):
     assert set(after) | set(folded_values) == set(reference)
     for label, value in after.items():
         np.testing.assert_array_equal(value, reference[label])
+
+
+@given(cases(), st.data())
+def test_levels_schedule_what_pending_evaluates(case, data):
+    """Evaluating ``pending_levels`` a level at a time sees what ``pending`` does node by node.
+
+    Every node of a level reads only values present when its level starts, the levels hold exactly
+    the nodes ``pending`` yields (with the same random evaluation failures), and both end with the
+    same values: so an adapter may run a level's calls at once.
+    """
+    plan = case.plan()
+    folded = [d.node for d in plan.folded]
+    failing = data.draw(st.sets(st.sampled_from(folded))) if folded else set()
+
+    one_by_one: Dict[int, bool] = {}
+    yielded = []
+    for node in pending(plan, one_by_one):
+        yielded.append(node.id)
+        if node.id not in failing:
+            one_by_one[node.id] = True
+
+    by_level: Dict[int, bool] = {}
+    scheduled = []
+    for level in pending_levels(plan, by_level):
+        for node in level:
+            sources = [inp.source for inp in node.inputs if inp.kind is InputKind.NODE]
+            assert all(source in by_level for source in sources), (node.label, sources)
+        scheduled += [node.id for node in level]
+        by_level.update((node.id, True) for node in level if node.id not in failing)
+
+    assert sorted(scheduled) == sorted(yielded)
+    assert by_level == one_by_one
