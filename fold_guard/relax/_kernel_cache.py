@@ -2,8 +2,8 @@
 
 Most of a fold's time is LLVM compiling kernels, and a model folded again (or a similarly built
 model: the same op signatures) needs the same kernels. Kernels missing from the cache are built
-together once (``tvm.tirx.build``), written as one shared library (``export_library``), and
-loaded from it; kernels found in the cache are loaded from their library with no compilation.
+together once (``tvm.tirx.build``, in parallel parts: see ``_shared_library``), linked into one
+shared library, and loaded from it; kernels found in the cache are loaded from their library with no compilation.
 The code is the code the JIT would run: the same TIR, built for the same target, so folded
 constants are the same bits (the equivalence suites run with the cache on).
 
@@ -42,6 +42,7 @@ import tvm
 
 from .. import __version__ as FOLD_GUARD_VERSION
 from .._core.errors import PreconditionError
+from ._shared_library import build_shared_library
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -196,26 +197,16 @@ class KernelCache:
         self, functions: Mapping[str, Tuple[tvm.tirx.PrimFunc, str]]
     ) -> Dict[str, Tuple[Any, str]]:
         """Compile ``{key: (PrimFunc, target)}`` as one library, store it, and load it."""
-        by_target: Dict[str, Dict[str, tvm.tirx.PrimFunc]] = {}
-        for key, (func, target) in functions.items():
-            by_target.setdefault(target, {})[self.symbol(key)] = func.with_attr(
-                "global_symbol", self.symbol(key)
-            )
-        # One module per target, the others imported into the first: export_library links all
-        # of them into one shared library (one linker run), whose symbols the loader finds.
-        modules = [
-            tvm.tirx.build(tvm.IRModule(named), target=target)
-            for target, named in by_target.items()
-        ]
-        built = modules[0]
-        for module in modules[1:]:
-            built.import_module(module)
+        named = {
+            self.symbol(key): (func.with_attr("global_symbol", self.symbol(key)), target)
+            for key, (func, target) in functions.items()
+        }
         self._libs.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=self._libs, prefix=".tmp-", suffix=".so")
         os.close(fd)
         tmp = Path(tmp_name)
         try:
-            built.export_library(str(tmp))
+            build_shared_library(named, str(tmp))
             digest = _sha256_file(tmp)
             final = self._libs / f"{digest}.so"
             os.replace(tmp, final)
