@@ -128,11 +128,23 @@ def test_sub_byte_integers_are_optimized() -> None:
 
 
 def test_a_kernel_writing_many_bytes_is_optimized() -> None:
-    """Past QUICK_BUILD_MAX_BYTES the kernel's run time outweighs its compile time."""
+    """Past QUICK_BUILD_MAX_BYTES read and written, the kernel's run time outweighs its build."""
     rows = QUICK_BUILD_MAX_BYTES // (4 * 1024) + 1
     weight = np.ones((rows, 1024), "int8")
     mod = calls_module(lambda: [_dequantize(weight, S, np.int8(0))])
     assert _targets(mod) == [OPTIMIZED_TARGET]
+
+
+def test_the_bytes_a_kernel_reads_count_too() -> None:
+    """A quantize writes a quarter of what it reads: the float input counts toward the bound."""
+    rows = QUICK_BUILD_MAX_BYTES // (5 * 1024) + 1  # writes rows KiB, reads four times that
+    assert rows * 1024 < QUICK_BUILD_MAX_BYTES // 4
+    weight = np.ones((rows, 1024), "float32")
+    small = np.ones((4, 1024), "float32")
+    mod = calls_module(lambda: [_quantize(weight, S, np.int8(0)), _quantize(small, S, np.int8(0))])
+    # one symbolic kernel serves both calls: together they read and write too much for -O0
+    assert _targets(mod) == [OPTIMIZED_TARGET, OPTIMIZED_TARGET]
+    assert _targets(calls_module(lambda: [_quantize(small, S, np.int8(0))])) == [QUICK_TARGET]
 
 
 def test_both_levels_share_one_fold_and_one_cache(tmp_path) -> None:
