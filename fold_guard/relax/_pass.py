@@ -27,6 +27,7 @@ from ._kernel_cache import CacheSetting
 from ._kernels import KernelLibrary, KernelSet, prepare_kernels
 from ._lower import LoweredModule, walk_relax
 from ._rewrite import rewrite_function
+from ._threads import usable_cpus
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "plan"]
 
@@ -184,6 +185,7 @@ def _fold(
     max_fold_bytes: Optional[int],
     kernel_cache: CacheSetting,
 ) -> FoldResult:
+    usable_cpus()  # a bad FOLD_GUARD_THREADS is reported before any work, not inside a build
     timer = StepTimer()
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
     lowered, kernels, resolved = analysis.lowered, analysis.kernels, analysis.policy

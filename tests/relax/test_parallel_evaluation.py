@@ -138,3 +138,23 @@ def test_a_failed_part_leaves_no_library(tmp_path) -> None:
             str(path),
         )
     assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_a_thread_count_that_is_not_positive_is_a_clear_error(monkeypatch, value) -> None:
+    mod = calls_module(_qdq_calls(1))
+    before = tvm.ir.save_json(mod)
+    monkeypatch.setenv("FOLD_GUARD_THREADS", value)
+    with pytest.raises(fold_guard.PreconditionError, match=f"FOLD_GUARD_THREADS='{value}'"):
+        fgr.fold(mod, kernel_cache=False)
+    assert tvm.ir.save_json(mod) == before
+
+
+def test_the_thread_count_caps_the_pool(monkeypatch) -> None:
+    monkeypatch.setenv("FOLD_GUARD_THREADS", "1")
+    monkeypatch.setattr(_evaluate, "ThreadPoolExecutor", _CountingPool)
+    _CountingPool.threads = set()
+    mod = calls_module(_qdq_calls(4))
+    result = fgr.fold(mod, kernel_cache=False)
+    assert _CountingPool.threads == set()
+    assert tvm_ffi.structural_equal(result.mod, relax.transform.FoldConstant()(mod))
