@@ -17,13 +17,30 @@ one failure and a node fails at most once.
 
 from __future__ import annotations
 
-from typing import Callable, Container, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import (
+    AbstractSet,
+    Callable,
+    Container,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+)
 
 from .graph import FoldGraph, FoldNode, InputKind
 from .planner import FoldPlan, plan_folds
 from .policy import FoldPolicy
 
-__all__ = ["Evaluate", "evaluate_until_stable", "has_inputs", "pending", "pending_levels"]
+__all__ = [
+    "Evaluate",
+    "evaluate_until_stable",
+    "has_inputs",
+    "pending",
+    "pending_levels",
+    "releasable",
+]
 
 #: The adapter's evaluation step: evaluate every folded node of the plan that has no value yet
 #: (keeping the values itself) and return the nodes whose evaluation failed, with the error text.
@@ -134,3 +151,32 @@ def pending_levels(plan: FoldPlan, values: Container[int]) -> Iterator[List[Fold
             grouped.setdefault(depth, []).append(graph.nodes[node_id])
     for depth in sorted(grouped):
         yield [node for node in grouped[depth] if has_inputs(node, values)]
+
+
+def releasable(plan: FoldPlan, escaping: AbstractSet[int]) -> Dict[int, Tuple[int, ...]]:
+    """The folded nodes whose values nothing needs once their consumers have theirs.
+
+    Maps each such node to its consumers, all folded: the rewrite replaces a folded call without
+    reading its operands, so once those consumers are evaluated the node's value can be dropped
+    (a gigabyte model's int8 weights between ``quantize`` and ``dequantize``). Left out: a node
+    with a consumer that is kept (its value becomes that call's constant operand) and one in
+    ``escaping``, which the adapter reports for uses outside the graph (a return value, a tuple).
+    Valid for ``plan`` only: a re-plan keeps more calls, and a dropped value they need is
+    computed again (:func:`pending` yields every folded node without a value).
+
+    >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
+    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> t = TensorInfo.of("float32", (4,))
+    >>> q = FoldNode(0, "quantize", "q", "main", (NodeInput(InputKind.CONSTANT, "w", t),), (t,))
+    >>> dq = FoldNode(1, "dequantize", "dq", "main", (NodeInput(InputKind.NODE, "q", t, 0),), (t,))
+    >>> plan = plan_folds(FoldGraph((q, dq)), DEFAULT_POLICY)
+    >>> releasable(plan, escaping={1})  # dq is returned
+    {0: (1,)}
+    """
+    folded = {decision.node for decision in plan.folded}
+    consumers = plan.graph.consumers()
+    return {
+        node_id: consumers[node_id]
+        for node_id in sorted(folded - escaping)
+        if all(consumer in folded for consumer in consumers[node_id])
+    }

@@ -6,23 +6,38 @@ copies release the GIL), while the calling thread runs the small ones. Where a c
 none of its bits: every call writes its own output tensors, and its kernel is the one it would
 run alone. Everything that touches shared state (choosing a kernel, checking a guard, building
 an ``-O3`` kernel on demand, recording values and failures) stays on the calling thread.
+
+After each level, the values nothing needs any more are dropped (``releasable``: every consumer
+folded and evaluated, no use outside the graph), so a model's intermediate constants (the int8
+weights between ``quantize`` and ``dequantize``) do not all stay alive to the end.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Dict, List, Mapping, Optional, Sequence, Union
+from typing import (
+    AbstractSet,
+    Callable,
+    ContextManager,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
 
 import tvm
 from tvm import relax
 
-from .._core.driver import pending_levels
-from .._core.graph import FoldGraph, FoldNode
+from .._core.driver import pending_levels, releasable
+from .._core.graph import FoldGraph, FoldNode, InputKind
 from .._core.planner import FoldPlan, evaluation_error
 from . import _compat
-from ._host import run_host
+from ._host import host_output, run_host
 from ._kernels import KernelLibrary, KernelSet
 from ._lower import CallSite, SiteKind
 from ._threads import usable_cpus
@@ -36,12 +51,20 @@ Values = Dict[int, List[tvm.runtime.Tensor]]
 PARALLEL_MIN_BYTES = 1 << 18
 
 
-@dataclass
+Run = Callable[[], List[object]]
+
+
+@dataclass(eq=False)
 class _Call:
-    """One folded call, ready to run: ``run`` returns its output tensors."""
+    """One folded call, ready to run.
+
+    ``start`` allocates its outputs, on the calling thread (allocations on pool threads land in
+    per-thread malloc arenas, which hold on to freed memory: +33 MiB at 1 GiB of weights), and
+    returns the computation, which any thread may run, returning the output tensors.
+    """
 
     node: FoldNode
-    run: Callable[[], List[object]]
+    start: Callable[[], Run]
     nbytes: int = 0
 
 
@@ -52,21 +75,36 @@ def evaluate_plan(
     library: KernelLibrary,
     values: Values,
     *,
+    escaping: AbstractSet[int] = frozenset(),
     strict: bool = False,
 ) -> Dict[int, str]:
-    """Fill ``values`` (node id -> output tensors) for every folded node not yet in it.
+    """Fill ``values`` (node id -> output tensors) for every folded node the rewrite will need.
+
+    A folded node whose consumers are all folded and evaluated, and that is not in ``escaping``
+    (``LoweredModule.escaping``), has its value dropped from ``values`` once they are.
 
     Returns the nodes whose evaluation failed, with the error text; the caller re-plans with them.
     With ``strict`` the first failure (in plan order) raises FoldNotPossibleError chained to the
     original error.
     """
     failures: Dict[int, str] = {}
+    release = releasable(plan, escaping)
     threads = usable_cpus()
     pool: ContextManager[Optional[ThreadPoolExecutor]] = (
         ThreadPoolExecutor(threads, thread_name_prefix="fold_guard")
         if threads > 1
         else nullcontext()
     )
+    errors: Dict[int, Exception] = {}
+
+    def finished(call: _Call, outcome: Outcome) -> None:
+        call.start = _spent  # its operands and closure go now, not at the level's end
+        if isinstance(outcome, Exception):
+            errors[call.node.id] = outcome
+        else:
+            values[call.node.id] = outcome
+            _drop_unneeded(call.node, release, values)
+
     with pool as executor:
         for level in pending_levels(plan, values):
             calls: List[_Call] = []
@@ -80,40 +118,78 @@ def evaluate_plan(
                     failures[node.id] = call
                 else:
                     calls.append(call)
-            outcomes = _run_level(calls, executor)
+            _run_level(calls, executor, threads, finished)
             for call in calls:  # in plan order, whichever finished first
-                outcome = outcomes[call.node.id]
-                if isinstance(outcome, Exception):
-                    _record_failure(call.node, outcome, failures, strict)
-                else:
-                    values[call.node.id] = outcome
+                if call.node.id in errors:
+                    _record_failure(call.node, errors[call.node.id], failures, strict)
     return failures
+
+
+def _spent() -> Run:
+    raise AssertionError("a folded call ran twice")
+
+
+def _drop_unneeded(node: FoldNode, release: Mapping[int, Sequence[int]], values: Values) -> None:
+    """Drop the values of ``node`` (just evaluated) and its operands that nothing needs any more."""
+    candidates = [inp.source for inp in node.inputs if inp.kind is InputKind.NODE]
+    for node_id in (*candidates, node.id):
+        consumers = release.get(node_id)
+        if consumers is not None and all(consumer in values for consumer in consumers):
+            values.pop(node_id, None)
 
 
 Outcome = Union[List[object], Exception]
 
 
 def _run_level(
-    calls: Sequence[_Call], executor: Optional[ThreadPoolExecutor]
-) -> Dict[int, Outcome]:
+    calls: Sequence[_Call],
+    executor: Optional[ThreadPoolExecutor],
+    threads: int,
+    finished: Callable[[_Call, Outcome], None],
+) -> None:
+    """Run ``calls``, the large ones on ``executor``; ``finished`` sees each outcome on this thread.
+
+    At most ``threads`` large calls are started (their outputs allocated) at a time, and each
+    outcome is handed to ``finished`` as its call ends: the operands a call was the last to read
+    are dropped before the next call allocates, so the level's outputs replace its operands
+    instead of coming on top of them.
+    """
     large = [c for c in calls if c.nbytes >= PARALLEL_MIN_BYTES] if executor is not None else []
-    futures: Dict[int, Future] = {}
-    if len(large) > 1:
+    if len(large) < 2:
+        large = []
+    waiting = deque(large)
+    running: Dict[Future, _Call] = {}
+
+    def start_next() -> None:
         assert executor is not None
-        futures = {call.node.id: executor.submit(call.run) for call in large}
-    outcomes: Dict[int, Outcome] = {}
+        call = waiting.popleft()
+        try:
+            run = call.start()
+        except Exception as err:  # noqa: BLE001 - recorded as this call's failure
+            finished(call, err)
+            return
+        running[executor.submit(run)] = call
+
+    while waiting and len(running) < threads:
+        start_next()
+    on_pool = set(large)
     for call in calls:
-        if call.node.id not in futures:
-            outcomes[call.node.id] = _outcome(call.run)
-    for node_id, future in futures.items():
-        error = future.exception()
-        outcomes[node_id] = error if isinstance(error, Exception) else future.result()
-    return outcomes
+        if call not in on_pool:
+            finished(call, _outcome(call))
+    while running:
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            error = future.exception()
+            finished(
+                running.pop(future), error if isinstance(error, Exception) else future.result()
+            )
+            if waiting:
+                start_next()
 
 
-def _outcome(run: Callable[[], List[object]]) -> Outcome:
+def _outcome(call: _Call) -> Outcome:
     try:
-        return run()
+        return call.start()()
     except Exception as err:  # noqa: BLE001 - recorded as this call's failure
         return err
 
@@ -138,27 +214,36 @@ def _prepare(
     node_id = node.id
     leaves = [_leaf_value(site, i, graph, values) for i in range(len(site.leaves))]
     if site.kind is SiteKind.ALLOW:
-        return _Call(node, lambda: leaves[:1])
+        return _Call(node, lambda: lambda: leaves[:1])
     if site.kind is SiteKind.TENSOR_TO_SHAPE:
         shape = relax.ShapeExpr([int(v) for v in leaves[0].numpy().reshape(-1)])
-        return _Call(node, lambda: [shape])
+        return _Call(node, lambda: lambda: [shape])
     kernel = kernels.kernels.get(node_id)
     if kernel is None:
         return kernels.unsupported.get(node_id, "no kernel was prepared for this call")
     nbytes = sum(info.nbytes or 0 for info in node.outputs)
     host = kernels.host.get(node_id)
     if host is not None:
-        return _Call(node, lambda: [run_host(host, leaves, node.outputs[0])], nbytes)
+
+        def start_copy() -> Run:
+            out = host_output(node.outputs[0])
+            return lambda: [run_host(host, leaves, out)]
+
+        return _Call(node, start_copy, nbytes)
     function = library.function_for(kernel, site, leaves)
-    device = tvm.cpu(0)
-    outputs = [tvm.runtime.empty(info.shape, info.dtype, device) for info in node.outputs]
     args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
 
-    def run() -> List[object]:
-        function(*args, *outputs)
-        return list(outputs)
+    def start() -> Run:
+        device = tvm.cpu(0)
+        outputs = [tvm.runtime.empty(info.shape, info.dtype, device) for info in node.outputs]
 
-    return _Call(node, run, nbytes)
+        def run() -> List[object]:
+            function(*args, *outputs)
+            return list(outputs)
+
+        return run
+
+    return _Call(node, start, nbytes)
 
 
 def _leaf_value(

@@ -25,7 +25,14 @@ from .._core.graph import TensorInfo
 from . import _compat
 from ._lower import CallSite, StaticShapeVar
 
-__all__ = ["HOST_OPS", "NUMPY_EXACT_DTYPES", "HostFunction", "host_function", "run_host"]
+__all__ = [
+    "HOST_OPS",
+    "NUMPY_EXACT_DTYPES",
+    "HostFunction",
+    "host_function",
+    "host_output",
+    "run_host",
+]
 
 #: leaf arrays, result shape -> the result
 HostFunction = Callable[[Sequence[np.ndarray], Tuple[int, ...]], np.ndarray]
@@ -128,22 +135,27 @@ def host_function(site: CallSite) -> Optional[HostFunction]:
     return _HOST_FUNCTIONS[site.call.op.name](site)
 
 
+def host_output(info: TensorInfo) -> tvm.runtime.Tensor:
+    """A new tensor of ``info``'s (static) shape and dtype, for :func:`run_host` to fill."""
+    assert info.shape is not None and None not in info.shape, "folded results are static"
+    return tvm.runtime.empty(tuple(int(d) for d in info.shape if d is not None), str(info.dtype))
+
+
 def run_host(
-    function: HostFunction, leaves: Sequence[tvm.runtime.Tensor], info: TensorInfo
+    function: HostFunction, leaves: Sequence[tvm.runtime.Tensor], out: tvm.runtime.Tensor
 ) -> tvm.runtime.Tensor:
-    """Run ``function`` on tensors into a new tensor of ``info``'s shape and dtype.
+    """Run ``function`` on tensors into ``out`` (see :func:`host_output`), and return ``out``.
 
     The operands are read and the result written in place through DLPack, so a reshape or a
     transpose copies its elements once, as its kernel would.
     """
-    assert info.shape is not None and None not in info.shape, "folded results are static"
-    shape = tuple(int(d) for d in info.shape if d is not None)
+    target = np.from_dlpack(out)
     # np.asarray: np.take of a 0-d index gives a NumPy scalar
-    result = np.asarray(function([np.from_dlpack(leaf) for leaf in leaves], shape))
-    if result.shape != shape or str(result.dtype) != str(info.dtype):
+    result = np.asarray(function([np.from_dlpack(leaf) for leaf in leaves], target.shape))
+    if result.shape != target.shape or result.dtype != target.dtype:
         raise ValueError(
-            f"host copy gave {result.dtype}{list(result.shape)}, expected {info.dtype}{list(shape)}"
+            f"host copy gave {result.dtype}{list(result.shape)}, "
+            f"expected {target.dtype}{list(target.shape)}"
         )
-    out = tvm.runtime.empty(shape, str(info.dtype), tvm.cpu(0))
-    np.copyto(np.from_dlpack(out), result)
+    np.copyto(target, result)
     return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterator, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 import tvm
@@ -84,6 +84,8 @@ class _Leaves:
     leaves: List[relax.Expr] = field(default_factory=list)
     constants: List[Optional[relax.Expr]] = field(default_factory=list)
     zero_size: List[int] = field(default_factory=list)
+    #: nodes read here other than as a tensor operand (a tuple-typed variable)
+    escaping: List[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,10 @@ class LoweredModule:
     nodes: Tuple[FoldNode, ...]
     sites: Tuple[CallSite, ...]
     functions: Mapping[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+    #: nodes whose variable is used other than as a tensor operand of a call the graph holds (a
+    #: return value, a tuple, a match cast, a branch or closure that captures it): the rewrite
+    #: may need their values whatever their consumers do
+    escaping: FrozenSet[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ class Walk:
     sites: List[CallSite]
     facts: List[_Facts]
     functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+    #: see LoweredModule.escaping
+    escaping: Set[int] = field(default_factory=set)
     #: per op name, read once per walk (an attribute read is an FFI call returning a function)
     _op_traits: Dict[str, _OpTraits] = field(default_factory=dict, repr=False)
 
@@ -169,7 +177,9 @@ class Walk:
     def lower(self, kernels: KernelSet) -> LoweredModule:
         """Build every FoldNode, once, from the walk's facts and what legalization found."""
         nodes = tuple(_node(site, facts, kernels) for site, facts in zip(self.sites, self.facts))
-        return LoweredModule(nodes, tuple(self.sites), dict(self.functions))
+        return LoweredModule(
+            nodes, tuple(self.sites), dict(self.functions), frozenset(self.escaping)
+        )
 
 
 def _node(site: CallSite, facts: _Facts, kernels: KernelSet) -> FoldNode:
@@ -290,6 +300,7 @@ def _lower_seq(
             key = _compat.handle(var)
             label = _compat.var_name(var)
             if isinstance(binding, relax.MatchCast):
+                _mark_escaping(binding.value, env, out)
                 env[key] = _OPAQUE
                 continue
             value = binding.value
@@ -311,6 +322,7 @@ def _lower_seq(
                 out.sites.append(site)
                 env[key] = _Env("node", node=node_id)
             else:
+                _mark_escaping(value, env, out)
                 if isinstance(value, relax.If):
                     for branch in (value.true_branch, value.false_branch):
                         if isinstance(branch, relax.SeqExpr):
@@ -320,6 +332,15 @@ def _lower_seq(
                     inner.update({_compat.handle(p): _OPAQUE for p in value.params[:]})
                     _lower_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
                 env[key] = _OPAQUE
+    _mark_escaping(seq.body, env, out)
+
+
+def _mark_escaping(expr: relax.Expr, env: _Scope, out: Walk) -> None:
+    """Record the nodes whose variables ``expr`` uses (see ``LoweredModule.escaping``)."""
+    for var in [expr] if isinstance(expr, relax.Var) else relax.analysis.free_vars(expr):
+        bound = env.get(_compat.handle(var))
+        if bound is not None and bound.node is not None:
+            out.escaping.add(bound.node)
 
 
 def _check_annotation(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:
@@ -387,6 +408,8 @@ def _lower_call(
             f"call to {op} is not an operator; only operators and call_tir fold",
         )
         display = _callee_name(op)
+        if isinstance(op, relax.Var):
+            _mark_escaping(op, env, out)  # a closure computed by a call
         for arg in args:
             _add_leaf(arg, env, leaves)
     elif op_name == CALL_TIR_OP:
@@ -441,6 +464,7 @@ def _lower_call(
         in_dataflow=in_dataflow,
         call=call,
     )
+    out.escaping.update(leaves.escaping)
     out.facts.append(
         _Facts(
             display,
@@ -504,6 +528,8 @@ def _add_leaf(arg: relax.Expr, env: _Scope, out: _Leaves) -> object:
     elif bound.kind == "node" and is_tensor:
         out.inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
     else:
+        if bound.node is not None:  # a tuple-typed call result, read whole
+            out.escaping.append(bound.node)
         # parameters, and (as in the stock pass) variables bound to tuples or shapes
         out.inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
         shape = tensor.shape if tensor is not None else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Set
 
 import tvm
 import tvm_ffi
@@ -13,7 +13,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprVisitor, visitor
 
 from .._adapter import check_module, fold_constant_pass
-from .._core.driver import evaluate_until_stable
+from .._core.driver import evaluate_until_stable, releasable
 from .._core.errors import PlanInvariantError, PreconditionError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
@@ -206,7 +206,9 @@ def _fold(
     fold_plan, _ = evaluate_until_stable(
         fold_plan,
         resolved,
-        lambda p: evaluate_plan(p, lowered.sites, kernels, library, values, strict=strict),
+        lambda p: evaluate_plan(
+            p, lowered.sites, kernels, library, values, escaping=lowered.escaping, strict=strict
+        ),
     )
     timer.lap("evaluate")
     if strict:
@@ -235,8 +237,18 @@ def _rewrite_module(
 ) -> tvm.IRModule:
     # keyed by the variable's handle: a dict of Relax variables compares them with a slow ``==``
     replacements: Dict[str, Dict[int, relax.Expr]] = {name: {} for name in lowered.functions}
+    released: Dict[str, Set[int]] = {name: set() for name in lowered.functions}
+    unneeded = releasable(fold_plan, lowered.escaping)
     for decision in fold_plan.folded:
         site = lowered.sites[decision.node]
+        if decision.node not in values:
+            if decision.node not in unneeded:
+                raise PlanInvariantError(
+                    f"fold_guard has no value for the folded call {site.var} although the "
+                    "rewrite needs it; please report it"
+                )
+            released[site.function].add(_compat.handle(site.var))
+            continue
         outputs = [
             v if isinstance(v, relax.ShapeExpr) else _compat.make_constant(v)
             for v in values[decision.node]
@@ -247,7 +259,7 @@ def _rewrite_module(
         )
     functions = dict(mod.functions)
     for name, (gvar, func) in lowered.functions.items():
-        functions[gvar] = rewrite_function(mod, func, replacements[name])
+        functions[gvar] = rewrite_function(mod, func, replacements[name], released[name])
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 

@@ -17,13 +17,14 @@ and the rebuilt call keeps it.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional
+from typing import AbstractSet, Dict, List, Mapping, Optional
 
 import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .._core.errors import PlanInvariantError
 from . import _compat
 from ._stock import substitutes_shape_arguments
 
@@ -34,9 +35,15 @@ __all__ = ["rewrite_function"]
 class _FoldRewriter(PyExprMutator):
     """Rewrites one function; ``replacements`` maps binding variables (by handle) to their folded value."""
 
-    def __init__(self, mod: tvm.IRModule, replacements: Mapping[int, relax.Expr]):
+    def __init__(
+        self,
+        mod: tvm.IRModule,
+        replacements: Mapping[int, relax.Expr],
+        released: AbstractSet[int] = frozenset(),
+    ):
         super().__init__(mod)
         self.replacements = replacements
+        self.released = released
         self.current_var = None
         #: folded bindings left out of the output, by variable handle: their constant
         self.dropped: Dict[int, relax.Expr] = {}
@@ -47,6 +54,8 @@ class _FoldRewriter(PyExprMutator):
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         var = binding.var
         key = _compat.handle(var)
+        if key in self.released:
+            return  # folded, and read only by folded calls: no use of it survives
         value = self.replacements.get(key)
         if value is not None and self._is_dead_once_propagated(var, value):
             # ``v = constant`` would be emitted and then removed by ``remove_all_unused``, and
@@ -78,11 +87,20 @@ class _FoldRewriter(PyExprMutator):
         bound = self._bound_value(var)
         return bound if _compat.is_constant(bound) else None
 
+    def _check_not_released(self, var: relax.Var) -> None:
+        if _compat.handle(var) in self.released:
+            raise PlanInvariantError(
+                f"the folded call bound to {_compat.var_name(var)} is still used after its value "
+                "was dropped; please report it"
+            )
+
     def visit_var_(self, var: relax.Var) -> relax.Expr:
+        self._check_not_released(var)
         constant = self._constant_for(var)
         return constant if constant is not None else super().visit_var_(var)
 
     def visit_dataflow_var_(self, var: relax.DataflowVar) -> relax.Expr:
+        self._check_not_released(var)
         constant = self._constant_for(var)
         return constant if constant is not None else super().visit_dataflow_var_(var)
 
@@ -176,12 +194,17 @@ class _FoldRewriter(PyExprMutator):
 
 
 def rewrite_function(
-    mod: tvm.IRModule, func: relax.Function, replacements: Mapping[int, relax.Expr]
+    mod: tvm.IRModule,
+    func: relax.Function,
+    replacements: Mapping[int, relax.Expr],
+    released: AbstractSet[int] = frozenset(),
 ) -> relax.Function:
     """``func`` with ``replacements`` applied, constants propagated and dead bindings removed.
 
     ``replacements`` maps the handle (``_compat.handle``) of each folded binding's variable to
-    its folded value.
+    its folded value. ``released`` holds the handles of folded bindings whose values were
+    dropped because only folded calls read them: they are left out, as ``remove_all_unused``
+    would remove them; a use of one that survives is a PlanInvariantError.
     """
-    rewritten = _FoldRewriter(mod, replacements).visit_expr(func)
+    rewritten = _FoldRewriter(mod, replacements, released).visit_expr(func)
     return relax.analysis.remove_all_unused(rewritten)
