@@ -27,6 +27,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Set,
     Union,
 )
 
@@ -96,6 +97,9 @@ def evaluate_plan(
         else nullcontext()
     )
     errors: Dict[int, Exception] = {}
+    # computed this round or still held from an earlier one (a consumer whose own value was
+    # dropped has still been evaluated)
+    evaluated: Set[int] = set(values)
 
     def finished(call: _Call, outcome: Outcome) -> None:
         call.start = _spent  # its operands and closure go now, not at the level's end
@@ -103,7 +107,8 @@ def evaluate_plan(
             errors[call.node.id] = outcome
         else:
             values[call.node.id] = outcome
-            _drop_unneeded(call.node, release, values)
+            evaluated.add(call.node.id)
+            _drop_unneeded(call.node, release, evaluated, values)
 
     with pool as executor:
         for level in pending_levels(plan, values):
@@ -129,12 +134,17 @@ def _spent() -> Run:
     raise AssertionError("a folded call ran twice")
 
 
-def _drop_unneeded(node: FoldNode, release: Mapping[int, Sequence[int]], values: Values) -> None:
+def _drop_unneeded(
+    node: FoldNode,
+    release: Mapping[int, Sequence[int]],
+    evaluated: AbstractSet[int],
+    values: Values,
+) -> None:
     """Drop the values of ``node`` (just evaluated) and its operands that nothing needs any more."""
     candidates = [inp.source for inp in node.inputs if inp.kind is InputKind.NODE]
     for node_id in (*candidates, node.id):
         consumers = release.get(node_id)
-        if consumers is not None and all(consumer in values for consumer in consumers):
+        if consumers is not None and all(consumer in evaluated for consumer in consumers):
             values.pop(node_id, None)
 
 

@@ -63,6 +63,26 @@ def test_a_value_read_only_by_folded_calls_is_dropped(monkeypatch) -> None:
 
 
 @I.ir_module
+class ReadAtTwoLevels:
+    @R.function
+    def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+        with R.dataflow():
+            e = R.exp(R.const(C))
+            b = R.negative(e)
+            c = R.abs(b)
+            d = R.add(e, c)  # reads e two levels after b does
+            y = R.add(x, d)
+            R.output(y)
+        return y
+
+
+def test_a_value_read_at_two_levels_is_dropped_after_the_last(monkeypatch) -> None:
+    """b's own value is gone by the time d runs: e still counts b as having read it."""
+    held = _values_after_fold(monkeypatch, ReadAtTwoLevels)
+    assert held == {"e": False, "b": False, "c": False, "d": True}
+
+
+@I.ir_module
 class Returned:
     @R.function
     def main(x: R.Tensor((4,), "float32")):
