@@ -5,9 +5,9 @@ build, an interpreter that raises). The planner then has to decide again: the fa
 (``Reason.EVAL_FAILED``) and what reads it no longer folds. The loop, stated once:
 
 1. plan with every failure known so far;
-2. let the adapter evaluate each folded call that has no value yet, skipping any call with an
-   input that has no value (:func:`pending`: that input failed in this round, so the re-plan
-   keeps the call);
+2. let the adapter evaluate each folded call that has no value yet, level by level, skipping any
+   call with an input that has no value (:func:`pending_levels`: that input failed in this
+   round, so the re-plan keeps the call);
 3. if some evaluation failed, record the failures and go back to 1, else the plan is final.
 
 Values already computed stay valid across rounds: a re-plan only ever folds fewer calls, and a
@@ -37,7 +37,6 @@ __all__ = [
     "Evaluate",
     "evaluate_until_stable",
     "has_inputs",
-    "pending",
     "pending_levels",
     "releasable",
 ]
@@ -78,11 +77,12 @@ def evaluate_until_stable(
     >>> values = {}
     >>> def evaluate(plan):
     ...     failed = {}
-    ...     for node in pending(plan, values):
-    ...         if node.op == "exp":
-    ...             failed[node.id] = "no kernel"
-    ...         else:
-    ...             values[node.id] = "value"
+    ...     for level in pending_levels(plan, values):
+    ...         for node in level:
+    ...             if node.op == "exp":
+    ...                 failed[node.id] = "no kernel"
+    ...             else:
+    ...                 values[node.id] = "value"
     ...     return failed
     >>> first = plan_folds(FoldGraph((a, b)), DEFAULT_POLICY)
     >>> plan, failures = evaluate_until_stable(first, DEFAULT_POLICY, evaluate)
@@ -98,26 +98,14 @@ def evaluate_until_stable(
     return plan, failures
 
 
-def pending(plan: FoldPlan, values: Container[int]) -> Iterator[FoldNode]:
-    """The folded nodes of ``plan`` to evaluate now, in topological order.
-
-    A node that already has a value in ``values`` is skipped, and so is one with an input that has
-    none (:func:`has_inputs`). ``values`` is read as the iteration goes, so an adapter that fills
-    it node by node sees each new value at once.
-    """
-    for decision in plan.folded:
-        node = plan.graph.nodes[decision.node]
-        if node.id not in values and has_inputs(node, values):
-            yield node
-
-
 def pending_levels(plan: FoldPlan, values: Container[int]) -> Iterator[List[FoldNode]]:
-    """The nodes :func:`pending` yields, grouped by dependency level, lowest first.
+    """The folded nodes of ``plan`` to evaluate now, grouped by dependency level, lowest first.
 
-    A folded node's level is one more than the highest level among its folded inputs (0 for
-    none), so no node reads another of its own level: an adapter may evaluate a level's nodes in
-    any order, or at once. Each level is filtered as it is reached, so the values an adapter
-    filled for the levels before count, and a node whose input failed is skipped.
+    A node that already has a value in ``values`` is left out. A folded node's level is one more
+    than the highest level among its folded inputs (0 for none), so no node reads another of its
+    own level: an adapter may evaluate a level's nodes in any order, or at once. Each level is
+    filtered as it is reached, so the values an adapter filled for the levels before count, and a
+    node with an input that has none (it failed: :func:`has_inputs`) is skipped.
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
     >>> from fold_guard._core.policy import DEFAULT_POLICY
@@ -162,7 +150,7 @@ def releasable(plan: FoldPlan, escaping: AbstractSet[int]) -> Dict[int, Tuple[in
     with a consumer that is kept (its value becomes that call's constant operand) and one in
     ``escaping``, which the adapter reports for uses outside the graph (a return value, a tuple).
     Valid for ``plan`` only: a re-plan keeps more calls, and a dropped value they need is
-    computed again (:func:`pending` yields every folded node without a value).
+    computed again (:func:`pending_levels` yields every folded node without a value).
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
     >>> from fold_guard._core.policy import DEFAULT_POLICY

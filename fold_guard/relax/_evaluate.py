@@ -7,9 +7,10 @@ none of its bits: every call writes its own output tensors, and its kernel is th
 run alone. Everything that touches shared state (choosing a kernel, checking a guard, building
 an ``-O3`` kernel on demand, recording values and failures) stays on the calling thread.
 
-After each level, the values nothing needs any more are dropped (``releasable``: every consumer
-folded and evaluated, no use outside the graph), so a model's intermediate constants (the int8
-weights between ``quantize`` and ``dequantize``) do not all stay alive to the end.
+As each call finishes, the values nothing needs any more are dropped (``releasable``: every
+consumer folded and evaluated, no use outside the graph), and a call allocates its outputs only
+when it starts, so a model's intermediate constants (the int8 weights between ``quantize`` and
+``dequantize``) do not all stay alive to the end.
 """
 
 from __future__ import annotations
