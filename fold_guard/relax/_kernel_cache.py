@@ -10,20 +10,23 @@ constants are the same bits (the equivalence suites run with the cache on).
 Layout under the cache directory (``$FOLD_GUARD_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/fold_guard``, else ``~/.cache/fold_guard``)::
 
-    v1/<build>/libs/<sha256 of the file>.so   one library per batch of kernels built together
-    v1/<build>/index/<kernel key>.json        {"library", "symbol", "sha256"} for each kernel
+    v2/<build>/libs/<sha256 of the file>.so     one library per batch of kernels built together
+    v2/<build>/index/<kernel key>.json          {"library", "symbol", "sha256"} for each kernel
+    v2/<build>/legalized/<request key>.json     what a kernel request legalized to (``_legalized``)
 
 ``<build>`` digests everything besides the kernel that determines the code: fold_guard's
 version, TVM's version and the identity of its installed libraries, LLVM's version and the
 target kind. A kernel's key is the SHA-256 of the exact target it is built for (which carries
-its optimization level, see ``_opt_level``) and its serialized PrimFunc (``tvm.ir.save_json``).
-Kernels built together share one library whatever their optimization levels.
+its optimization level, see ``_opt_level``) and of its PrimFunc's digest, the SHA-256 of the
+serialized PrimFunc (``tvm.ir.save_json``). Kernels built together share one library whatever
+their optimization levels.
 
 Safety: files are written under a temporary name and renamed (atomic on POSIX), so concurrent
 processes never see half a file; a library is checked against the digest its index entry
 recorded before it is loaded, so a corrupt or truncated entry is detected, removed and rebuilt;
 when the libraries exceed the size bound the least recently used are deleted (an index entry
-whose library is gone is a miss).
+whose library is gone is a miss), and beyond :data:`MAX_LEGALIZED_ENTRIES` legalization
+records the least recently used are deleted too.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ __all__ = [
     "CACHE_DIR_ENV",
     "CACHE_MAX_BYTES_ENV",
     "DEFAULT_MAX_BYTES",
+    "MAX_LEGALIZED_ENTRIES",
     "CacheSetting",
     "KernelCache",
     "default_cache_dir",
@@ -62,7 +66,9 @@ CACHE_DIR_ENV = "FOLD_GUARD_CACHE_DIR"
 CACHE_MAX_BYTES_ENV = "FOLD_GUARD_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30
 _OFF = frozenset({"", "0", "off", "false", "no"})
-_LAYOUT = "v1"
+_LAYOUT = "v2"
+#: The bound on legalization records (each a few hundred bytes).
+MAX_LEGALIZED_ENTRIES = 1 << 16
 
 #: ``None``: the environment decides; ``False``: no cache; a path: the cache directory.
 CacheSetting = Union[None, bool, str, os.PathLike]
@@ -159,16 +165,22 @@ class KernelCache:
         self.dir = self.root / _LAYOUT / hashlib.sha256(build.encode()).hexdigest()[:24]
         self._libs = self.dir / "libs"
         self._index = self.dir / "index"
+        self._legalized = self.dir / "legalized"
 
     @staticmethod
-    def key(prim_func: tvm.tirx.PrimFunc, target: str) -> str:
-        """SHA-256 of ``target`` and the serialized PrimFunc without ``global_symbol`` (names are ours)."""
+    def digest(prim_func: tvm.tirx.PrimFunc) -> str:
+        """SHA-256 of the serialized PrimFunc without ``global_symbol`` (names are ours)."""
         func = (
             prim_func.without_attr("global_symbol")
             if prim_func.attrs and "global_symbol" in prim_func.attrs
             else prim_func
         )
-        return hashlib.sha256(f"{target}\n{tvm.ir.save_json(func)}".encode()).hexdigest()
+        return hashlib.sha256(tvm.ir.save_json(func).encode()).hexdigest()
+
+    @staticmethod
+    def key(digest: str, target: str) -> str:
+        """The cache key of the PrimFunc whose :meth:`digest` is ``digest``, built for ``target``."""
+        return hashlib.sha256(f"{target}\n{digest}".encode()).hexdigest()
 
     @staticmethod
     def symbol(key: str) -> str:
@@ -220,6 +232,29 @@ class KernelCache:
         self._evict(keep=final)
         return {key: (module, self.symbol(key)) for key in functions}
 
+    def read_legalized(self, keys: List[str]) -> Dict[str, Any]:
+        """The legalization records stored under ``keys`` (see ``_legalized``); drop unreadable ones."""
+        found: Dict[str, Any] = {}
+        for key in keys:
+            path = self._legalized / f"{key}.json"
+            try:
+                found[key] = json.loads(path.read_text())
+                os.utime(path)  # recently used: evicted last
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                logger.debug("fold_guard kernel cache: unreadable record %s, legalizing", path)
+                self._remove(path)
+        return found
+
+    def write_legalized(self, records: Mapping[str, Any]) -> None:
+        """Store legalization records, then keep at most :data:`MAX_LEGALIZED_ENTRIES`."""
+        if not records:
+            return
+        for key, record in records.items():
+            _atomic_write(self._legalized / f"{key}.json", json.dumps(record).encode())
+        self._trim(self._legalized, "*.json", count=MAX_LEGALIZED_ENTRIES)
+
     # ------------------------------------------------------------------------------ internals
 
     def _read_entry(self, key: str) -> Optional[_Entry]:
@@ -254,20 +289,36 @@ class KernelCache:
             return None
 
     def _evict(self, keep: Path) -> None:
-        libs = []
-        for path in self._libs.glob("*.so"):
+        self._trim(self._libs, "*.so", max_bytes=self.max_bytes, keep=keep)
+
+    def _trim(
+        self,
+        directory: Path,
+        pattern: str,
+        *,
+        max_bytes: Optional[int] = None,
+        count: Optional[int] = None,
+        keep: Optional[Path] = None,
+    ) -> None:
+        """Delete the least recently used files of ``directory`` beyond ``max_bytes`` or ``count``."""
+        files = []
+        for path in directory.glob(pattern):
             try:
                 stat = path.stat()
             except FileNotFoundError:
                 continue
-            libs.append((stat.st_mtime_ns, stat.st_size, path))
-        total = sum(size for _, size, _ in libs)
-        for _, size, path in sorted(libs):
-            if total <= self.max_bytes:
+            files.append((stat.st_mtime_ns, stat.st_size, path))
+        total = sum(size for _, size, _ in files)
+        left = len(files)
+        for _, size, path in sorted(files):
+            over_bytes = max_bytes is not None and total > max_bytes
+            over_count = count is not None and left > count
+            if not (over_bytes or over_count):
                 break
             if path != keep:
                 self._remove(path)
                 total -= size
+                left -= 1
 
     @staticmethod
     def _remove(path: Path) -> None:

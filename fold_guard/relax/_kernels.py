@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from . import _compat
+from .._core.errors import PlanInvariantError
+from . import _compat, _legalized
 from ._host import HostFunction, host_function
 from ._kernel_cache import CacheSetting, KernelCache, resolve_cache
 from ._lower import CallSite, SiteKind, StaticShapeVar
@@ -77,16 +78,37 @@ _UNDEFINED_ON_INTEGERS = frozenset(
 _ASTYPE_OP = "relax.astype"
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Kernel:
-    """How to run one call: the PrimFunc, and for each of its input buffers a leaf index or a constant."""
+    """How to run one call: the PrimFunc, and for each of its input buffers a leaf index or a constant.
 
-    prim_func: tvm.tirx.PrimFunc
+    A kernel read from a legalization record (``_legalized``) knows its PrimFunc only by digest:
+    its compiled code is in the kernel cache, and the PrimFunc is legalized again (``relegalize``)
+    only if something needs it (code no longer cached, or an ``-O3`` build its guard asks for).
+    """
+
+    loaded: Optional[tvm.tirx.PrimFunc]
     arg_map: Tuple[object, ...]  # int: index into CallSite.leaves; otherwise a runtime Tensor
     out_ty: object = None  # the result type the kernel was legalized for (symbolic or static)
     target: str = OPTIMIZED_TARGET  # what it is built for (see ``_opt_level``)
     #: checked on a call's operand values before running a ``-O0`` kernel (see ``_opt_level``)
     guard: Optional[ValueGuard] = None
+    #: the PrimFunc's ``KernelCache.digest``, once computed or read from a record
+    known_digest: Optional[str] = None
+    relegalize: Optional[Callable[[], tvm.tirx.PrimFunc]] = None
+
+    @property
+    def prim_func(self) -> tvm.tirx.PrimFunc:
+        if self.loaded is None:
+            assert self.relegalize is not None, "a kernel has a PrimFunc or a way to get it"
+            self.loaded = self.relegalize()
+        return self.loaded
+
+    def digest(self) -> str:
+        """The PrimFunc's digest, which names its compiled code in the kernel cache."""
+        if self.known_digest is None:
+            self.known_digest = KernelCache.digest(self.prim_func)
+        return self.known_digest
 
 
 @dataclass
@@ -354,20 +376,139 @@ def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Func
     return requests
 
 
+class _Records:
+    """The legalization records (``_legalized``) one fold reads from and adds to its kernel cache."""
+
+    def __init__(self, cache: Optional[KernelCache]):
+        self._cache = cache
+        self._new: Dict[str, _legalized.Outcome] = {}
+
+    def keys(self, requests: List[Tuple[relax.Function, _Request]]) -> Dict[str, str]:
+        """request name -> record key, for the requests whose op's legalizer is known."""
+        if self._cache is None:
+            return {}
+        keys: Dict[str, str] = {}
+        for func, request in requests:
+            op_name = request.members[0].call.op.name
+            identity = _legalized.legalizer_identity(op_name)
+            if identity is not None:
+                keys[request.name] = _legalized.request_key(identity, func, op_name)
+        return keys
+
+    def read(self, keys: Dict[str, str]) -> Dict[str, Any]:
+        """request name -> its stored outcome, for those stored."""
+        if self._cache is None or not keys:
+            return {}
+        stored = self._cache.read_legalized(sorted(set(keys.values())))
+        return {name: stored[key] for name, key in keys.items() if key in stored}
+
+    def add(self, key: str, kernel: Optional[Kernel], why: str, *, decision: bool) -> None:
+        """Keep what legalizing one request gave; a decision request keeps only whether stock folds."""
+        if decision:
+            outcome: Optional[_legalized.Outcome] = _legalized.encode_decision(
+                None if kernel is not None else why
+            )
+        else:
+            outcome = _legalized.encode_outcome(
+                kernel.digest() if kernel is not None else None,
+                kernel.arg_map if kernel is not None else (),
+                kernel.out_ty if kernel is not None else None,
+                why,
+            )
+        if outcome is not None:
+            self._new[key] = outcome
+
+    def write(self) -> None:
+        if self._cache is not None and self._new:
+            try:
+                self._cache.write_legalized(self._new)
+            except OSError as err:  # an unwritable cache costs the next fold time, nothing else
+                logger.debug("fold_guard kernel cache: cannot store legalizations (%s)", err)
+            self._new = {}
+
+
+def _recorded_kernel(
+    stored: Any, func: relax.Function, request: _Request
+) -> Optional[Tuple[Optional[Kernel], str]]:
+    """The kernel (or why there is none) a stored outcome gives ``request``; None if malformed."""
+    decoded = _legalized.decode_outcome(stored, list(request.dim_values))
+    if decoded is None:
+        return None
+    digest, arg_map, out_ty, why = decoded
+    if digest is None:
+        return None, why
+
+    def relegalize() -> tvm.tirx.PrimFunc:
+        modules, errors = _legalize({request.name: func})
+        kernel, why = (
+            _single_call_tir(modules[request.name], request)
+            if request.name in modules
+            else (None, errors.get(request.name, ""))
+        )
+        if kernel is None or kernel.digest() != digest:
+            raise PlanInvariantError(
+                f"the kernel cache's record of legalizing {request.members[0].call.op.name} "
+                f"does not match what LegalizeOps gives now ({why or 'another PrimFunc'}); "
+                "hint: delete the kernel cache directory (FOLD_GUARD_CACHE_DIR, else "
+                "~/.cache/fold_guard) and please report it"
+            )
+        return kernel.prim_func
+
+    target, guard = build_target(request.members)
+    return Kernel(None, arg_map, out_ty, target, guard, digest, relegalize), ""
+
+
 def _read_back(
-    requests: List[Tuple[relax.Function, _Request]], result: KernelSet
+    requests: List[Tuple[relax.Function, _Request]], result: KernelSet, records: _Records
 ) -> List[Tuple[relax.Function, _Request]]:
-    """Legalize ``requests`` together and record their kernels; return the static retries."""
-    legalized, errors = _legalize({request.name: func for func, request in requests})
-    retries: List[Tuple[relax.Function, _Request]] = []
-    for _, request in requests:
+    """Legalize ``requests`` together (those not on record) and record their kernels; return the static retries."""
+    keys = records.keys(requests)
+    stored_outcomes = records.read(keys)
+    #: request name -> its kernel, or None and why there is none
+    outcomes: Dict[str, Tuple[Optional[Kernel], str]] = {}
+    #: decision request name -> None if stock folds its calls, else why it does not
+    decisions: Dict[str, Optional[str]] = {}
+    for func, request in requests:
+        stored = stored_outcomes.get(request.name)
+        if stored is None:
+            continue
+        if request.for_decision:
+            decided = _legalized.decode_decision(stored)
+            if decided is not None:
+                decisions[request.name] = decided[0]
+        else:
+            recorded = _recorded_kernel(stored, func, request)
+            if recorded is not None:
+                outcomes[request.name] = recorded
+    fresh = [
+        (func, request)
+        for func, request in requests
+        if request.name not in outcomes and request.name not in decisions
+    ]
+    legalized, errors = (
+        _legalize({request.name: func for func, request in fresh}) if fresh else ({}, {})
+    )
+    for _, request in fresh:
         kernel, why = None, errors.get(request.name, "LegalizeOps failed")
         if request.name in legalized:
             kernel, why = _single_call_tir(legalized[request.name], request)
+            if request.name in keys:
+                records.add(keys[request.name], kernel, why, decision=request.for_decision)
         if request.for_decision:
-            if kernel is None:
-                result.not_stock_foldable.update({site.node_id: why for site in request.members})
-        elif kernel is not None:
+            decisions[request.name] = None if kernel is not None else why
+        else:
+            outcomes[request.name] = kernel, why
+    retries: List[Tuple[relax.Function, _Request]] = []
+    for _, request in requests:
+        if request.for_decision:
+            why_not = decisions[request.name]
+            if why_not is not None:
+                result.not_stock_foldable.update(
+                    {site.node_id: why_not for site in request.members}
+                )
+            continue
+        kernel, why = outcomes[request.name]
+        if kernel is not None:
             good, bad = (
                 _split_by_output_shape(request, kernel.out_ty)
                 if request.symbolic
@@ -383,10 +524,18 @@ def _read_back(
 
 
 def prepare_kernels(
-    mod: tvm.IRModule, sites: Sequence[CallSite], candidates: AbstractSet[int]
+    mod: tvm.IRModule,
+    sites: Sequence[CallSite],
+    candidates: AbstractSet[int],
+    cache_setting: CacheSetting = False,
 ) -> KernelSet:
-    """Find a kernel for every site in ``candidates`` (those that could fold), legalizing once per op signature."""
+    """Find a kernel for every site in ``candidates`` (those that could fold), legalizing once per op signature.
+
+    With a kernel cache (``cache_setting``, as :func:`~fold_guard.relax._kernel_cache.resolve_cache`
+    reads it), requests legalized before are read from its legalization records instead.
+    """
     result = KernelSet()
+    records = _Records(resolve_cache(cache_setting, OPTIMIZED_TARGET))
     groups: Dict[Tuple, List[CallSite]] = {}
     for site in sites:
         if site.node_id not in candidates:
@@ -404,9 +553,10 @@ def prepare_kernels(
     ]
     # Step 2. One LegalizeOps over all of them; a symbolic request that does not give a single
     # TIR call is retried once per distinct shape (static requests are never retried).
-    retries = _read_back(requests, result)
+    retries = _read_back(requests, result, records)
     if retries:
-        _read_back(retries, result)
+        _read_back(retries, result, records)
+    records.write()
     for site in sites:
         kernel = result.kernels.get(site.node_id)
         if kernel is not None and site.kind is SiteKind.OP:
@@ -433,15 +583,18 @@ class KernelLibrary:
     """
 
     def __init__(self, kernels: Sequence[Kernel], cache_setting: CacheSetting = False):
-        #: (PrimFunc wrapper id, target) -> symbol
+        #: (Kernel id, target) -> symbol
         self._symbols: Dict[Tuple[int, str], str] = {}
-        #: symbol -> (PrimFunc, the target it is built for)
-        self._funcs: Dict[str, Tuple[tvm.tirx.PrimFunc, str]] = {}
+        #: symbol -> (a kernel it serves, the target it is built for)
+        self._funcs: Dict[str, Tuple[Kernel, str]] = {}
         #: (structural hash, target) -> the PrimFuncs registered under it, with their symbols
         self._by_hash: Dict[Tuple[int, str], List[Tuple[tvm.tirx.PrimFunc, str]]] = {}
+        #: (digest, target) -> symbol, for kernels known by digest (not legalized this fold)
+        self._by_digest: Dict[Tuple[str, str], str] = {}
         self._cache_setting = cache_setting
-        for kernel in kernels:
-            self._register(kernel.prim_func, kernel.target)
+        self._kernels = list(kernels)  # their ids key _symbols: keep them alive
+        for kernel in self._kernels:
+            self._register(kernel, kernel.target)
         #: symbol -> (the runtime module that holds it, its name there)
         self._compiled: Dict[str, Tuple[Any, str]] = {}
         self.failures: Dict[str, str] = {}
@@ -449,21 +602,31 @@ class KernelLibrary:
         self.compiled = 0
         self.cached = 0
 
-    def _register(self, prim_func: tvm.tirx.PrimFunc, target: str) -> Tuple[str, bool]:
-        """The symbol ``prim_func`` is built under for ``target``, and whether it is new.
+    def _register(self, kernel: Kernel, target: str) -> Tuple[str, bool]:
+        """The symbol ``kernel`` is built under for ``target``, and whether it is new.
 
-        Structurally equal PrimFuncs for one target share a symbol, so they are built once.
+        Structurally equal PrimFuncs for one target share a symbol, so they are built once; so do
+        kernels read from legalization records with one digest (their PrimFuncs are not at hand).
         """
-        key = (id(prim_func), target)
+        key = (id(kernel), target)
         if key in self._symbols:
             return self._symbols[key], False
-        bucket = self._by_hash.setdefault((tvm_ffi.structural_hash(prim_func), target), [])
-        symbol = next((s for f, s in bucket if tvm_ffi.structural_equal(f, prim_func)), None)
+        symbol: Optional[str]
+        if kernel.loaded is None:
+            symbol = self._by_digest.get((kernel.digest(), target))
+        else:
+            bucket = self._by_hash.setdefault((tvm_ffi.structural_hash(kernel.loaded), target), [])
+            symbol = next(
+                (s for f, s in bucket if tvm_ffi.structural_equal(f, kernel.loaded)), None
+            )
         new = symbol is None
         if symbol is None:
             symbol = f"fold_guard_kernel_{len(self._funcs)}"
-            self._funcs[symbol] = (prim_func.with_attr("global_symbol", symbol), target)
-            bucket.append((prim_func, symbol))
+            self._funcs[symbol] = (kernel, target)
+            if kernel.loaded is None:
+                self._by_digest[(kernel.digest(), target)] = symbol
+            else:
+                bucket.append((kernel.loaded, symbol))
         self._symbols[key] = symbol
         return symbol, new
 
@@ -474,12 +637,13 @@ class KernelLibrary:
         if cache is not None:
             funcs = self._build_through_cache(cache, funcs)
         by_target: Dict[str, Dict[str, tvm.tirx.PrimFunc]] = {}
-        for symbol, (func, target) in funcs.items():
-            by_target.setdefault(target, {})[symbol] = func
+        for symbol, (kernel, target) in funcs.items():
+            by_target.setdefault(target, {})[symbol] = kernel.prim_func
         for target, named in by_target.items():
             self._build_in_memory(target, named)
 
     def _build_in_memory(self, target: str, funcs: Dict[str, tvm.tirx.PrimFunc]) -> None:
+        funcs = {symbol: func.with_attr("global_symbol", symbol) for symbol, func in funcs.items()}
         try:
             batch = tvm.tirx.build(tvm.IRModule(funcs), target=target)
             self._compiled.update({symbol: (batch, symbol) for symbol in funcs})
@@ -498,12 +662,18 @@ class KernelLibrary:
                 self.failures[symbol] = f"kernel build failed: {err}".splitlines()[0]
 
     def _build_through_cache(
-        self, cache: KernelCache, funcs: Dict[str, Tuple[tvm.tirx.PrimFunc, str]]
-    ) -> Dict[str, Tuple[tvm.tirx.PrimFunc, str]]:
+        self, cache: KernelCache, funcs: Dict[str, Tuple[Kernel, str]]
+    ) -> Dict[str, Tuple[Kernel, str]]:
         """Load or build ``funcs`` through ``cache``; return those left to build without it."""
-        keys = {symbol: cache.key(func, target) for symbol, (func, target) in funcs.items()}
+        keys = {
+            symbol: cache.key(kernel.digest(), target) for symbol, (kernel, target) in funcs.items()
+        }
         found = cache.lookup(sorted(set(keys.values())))
-        missing = {key: funcs[symbol] for symbol, key in keys.items() if key not in found}
+        missing = {
+            key: (funcs[symbol][0].prim_func, funcs[symbol][1])
+            for symbol, key in keys.items()
+            if key not in found
+        }
         if missing:
             try:
                 found.update(cache.build(missing))
@@ -513,7 +683,7 @@ class KernelLibrary:
                     "building in memory",
                     err,
                 )
-        left: Dict[str, Tuple[tvm.tirx.PrimFunc, str]] = {}
+        left: Dict[str, Tuple[Kernel, str]] = {}
         for symbol, key in keys.items():
             if key in found:
                 self._compiled[symbol] = found[key]
@@ -537,14 +707,14 @@ class KernelLibrary:
 
     def optimized_function(self, kernel: Kernel) -> Any:
         """``kernel`` built at stock's ``-O3`` in memory (once), for a call its guard turned away."""
-        symbol, new = self._register(kernel.prim_func, OPTIMIZED_TARGET)
+        symbol, new = self._register(kernel, OPTIMIZED_TARGET)
         if new:
-            self._build_in_memory(OPTIMIZED_TARGET, {symbol: self._funcs[symbol][0]})
+            self._build_in_memory(OPTIMIZED_TARGET, {symbol: kernel.prim_func})
         return self._compiled_function(symbol)
 
     def function(self, kernel: Kernel) -> Any:
         """The compiled function for ``kernel``; RuntimeError if its build failed."""
-        return self._compiled_function(self._symbols[(id(kernel.prim_func), kernel.target)])
+        return self._compiled_function(self._symbols[(id(kernel), kernel.target)])
 
     def _compiled_function(self, symbol: str) -> Any:
         if symbol in self.failures:

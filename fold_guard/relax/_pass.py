@@ -60,7 +60,12 @@ class Analysis:
 
 
 def analyse(
-    mod: tvm.IRModule, policy_spec: PolicySpec, timer: StepTimer, *, strict: bool = False
+    mod: tvm.IRModule,
+    policy_spec: PolicySpec,
+    timer: StepTimer,
+    *,
+    strict: bool = False,
+    kernel_cache: CacheSetting = False,
 ) -> Analysis:
     # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
     # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
@@ -76,8 +81,9 @@ def analyse(
     # Step 1. Describe every call binding of every Relax function.
     walk = walk_relax(mod)
     timer.lap("lower")
-    # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
-    kernels = prepare_kernels(mod, walk.sites, walk.candidates())
+    # Step 2. Legalize once per op signature (or read what it gave from the kernel cache): which
+    # calls have a kernel, which stock would fold.
+    kernels = prepare_kernels(mod, walk.sites, walk.candidates(), kernel_cache)
     timer.lap("legalize")
     # Step 3. Build the graph's nodes, each once, with what legalization found.
     lowered = walk.lower(kernels)
@@ -187,7 +193,9 @@ def _fold(
 ) -> FoldResult:
     usable_cpus()  # a bad FOLD_GUARD_THREADS is reported before any work, not inside a build
     timer = StepTimer()
-    analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
+    analysis = analyse(
+        mod, with_budget(policy, max_fold_bytes), timer, strict=strict, kernel_cache=kernel_cache
+    )
     lowered, kernels, resolved = analysis.lowered, analysis.kernels, analysis.policy
     # Step 4. Plan with the TVM-free core.
     fold_plan = plan_folds(analysis.graph, resolved)

@@ -60,7 +60,7 @@ def _fold_checked(mod: tvm.IRModule, cache) -> fgr.FoldResult:
 
 
 def _libraries(root: Path):
-    return sorted(root.glob("v1/*/libs/*.so"))
+    return sorted(root.glob("v2/*/libs/*.so"))
 
 
 def test_second_fold_compiles_nothing(tmp_path):
@@ -160,7 +160,7 @@ def test_damaged_library_is_detected_and_rebuilt(tmp_path, damage):
 def test_damaged_index_entry_is_rebuilt(tmp_path):
     mod = _module()
     _fold_checked(mod, tmp_path)
-    entries = sorted(tmp_path.glob("v1/*/index/*.json"))
+    entries = sorted(tmp_path.glob("v2/*/index/*.json"))
     entries[0].write_text("{not json")
     json.loads(entries[1].read_text())  # the others are intact
     result = _fold_checked(mod, tmp_path)
@@ -196,7 +196,7 @@ def test_concurrent_processes_share_one_cache(tmp_path):
     ]
     outputs = [proc.communicate(timeout=300) for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * 4, [err for _, err in outputs]
-    assert not list(tmp_path.glob("v1/*/*/.tmp-*")), "no temporary file is left behind"
+    assert not list(tmp_path.glob("v2/*/*/.tmp-*")), "no temporary file is left behind"
     result = _fold_checked(_module(), tmp_path)
     assert (result.report.kernels_compiled, result.report.kernels_cached) == (0, 3)
 
@@ -209,7 +209,10 @@ def _any_prim_func() -> tvm.tirx.PrimFunc:
 def test_key_covers_what_determines_the_code(tmp_path, monkeypatch):
     base = KernelCache(tmp_path, "llvm").dir
     func = _any_prim_func()
-    assert KernelCache.key(func, "llvm") != KernelCache.key(func, QUICK_TARGET)
+    digest = KernelCache.digest(func)
+    assert KernelCache.key(digest, "llvm") != KernelCache.key(digest, QUICK_TARGET)
+    assert KernelCache.digest(func.with_attr("global_symbol", "ours")) == digest
+    assert KernelCache.digest(func.with_attr("tir.noalias", False)) != digest
     assert KernelCache(tmp_path, "llvm -opt-level=0").dir != base
     monkeypatch.setattr(tvm, "__version__", "0.27.0.other")
     assert KernelCache(tmp_path, "llvm").dir != base

@@ -1,0 +1,187 @@
+"""Legalization records: a warm fold reads what each kernel request legalized to from the cache.
+
+    fold #1: legalize every request -> record (PrimFunc digest, operands, result type) or why not
+    fold #2: same requests          -> read the records, LegalizeOps is not run at all
+
+Every fold here is checked structurally equal to the stock pass (constants compared bit for bit).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, topi
+
+import fold_guard.relax as fgr
+from fold_guard import PlanInvariantError
+from fold_guard.relax import _kernel_cache, _kernels
+from fold_guard.relax._legalized import legalizer_identity
+
+
+def _module(rows: int = 8, cols: int = 16, seed: int = 0) -> tvm.IRModule:
+    """dequantize(quantize(W)) + exp(B), and a take with a scalar index (a decision request)."""
+    rng = np.random.default_rng(seed)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((rows, cols), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w = relax.const(rng.standard_normal((rows, cols)).astype("float32"))
+            scale, zero = relax.const(0.05, "float32"), relax.const(0, "int8")
+            q = bb.emit(relax.op.quantize(w, scale, zero, axis=0))
+            dq = bb.emit(relax.op.dequantize(q, scale, zero, axis=0))
+            e = bb.emit(relax.op.exp(relax.const(rng.standard_normal((rows, cols)), "float32")))
+            row = bb.emit(relax.op.take(e, relax.const(1, "int64"), axis=0))
+            y = bb.emit(relax.op.add(x, dq))
+            z = bb.emit_output(relax.op.add(y, row))
+        bb.emit_func_output(z)
+    return bb.get()
+
+
+def _fold_checked(mod: tvm.IRModule, cache) -> fgr.FoldResult:
+    result = fgr.fold(mod, kernel_cache=cache)
+    tvm.ir.assert_structural_equal(result.mod, relax.transform.FoldConstant()(mod))
+    return result
+
+
+@pytest.fixture
+def legalized(monkeypatch) -> List[List[str]]:
+    """The op of every request each LegalizeOps run of fold_guard legalizes, run by run."""
+    runs: List[List[str]] = []
+    real = _kernels._legalize
+
+    def counting(functions: Dict[str, relax.Function]):
+        runs.append(sorted(f.body.blocks[0].bindings[0].value.op.name for f in functions.values()))
+        return real(functions)
+
+    monkeypatch.setattr(_kernels, "_legalize", counting)
+    return runs
+
+
+def _records(root: Path) -> List[Path]:
+    return sorted(root.glob("v2/*/legalized/*.json"))
+
+
+def test_a_warm_fold_legalizes_nothing(tmp_path, legalized):
+    mod = _module()
+    first = _fold_checked(mod, tmp_path)
+    assert legalized and first.report.kernels_compiled > 0
+    recorded = _records(tmp_path)
+    assert len(recorded) >= 4  # quantize, dequantize, exp, take (and the take's decision)
+    legalized.clear()
+    second = _fold_checked(mod, tmp_path)
+    assert legalized == []
+    assert second.report.kernels_compiled == 0
+    assert second.report.kernels_cached == first.report.kernels_compiled
+    assert _records(tmp_path) == recorded
+
+
+def test_other_weights_of_the_same_shapes_reuse_the_records(tmp_path, legalized):
+    _fold_checked(_module(seed=0), tmp_path)
+    legalized.clear()
+    _fold_checked(_module(seed=1), tmp_path)
+    assert legalized == []
+
+
+def test_other_shapes_are_legalized(tmp_path, legalized):
+    _fold_checked(_module(8, 16), tmp_path)
+    legalized.clear()
+    _fold_checked(_module(5, 7), tmp_path)
+    assert legalized, "a request of other shapes has no record yet"
+
+
+def test_no_cache_no_records(tmp_path, legalized):
+    for _ in range(2):
+        _fold_checked(_module(), False)
+    assert len(legalized) == 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_identity_names_the_python_legalizer():
+    identity = legalizer_identity("relax.exp")
+    assert identity is not None
+    assert "legalize_ops" in identity and "topi.math.exp" in identity
+    assert legalizer_identity("relax.exp") == identity  # read once per registration
+    assert legalizer_identity("relax.sin") != identity  # one closure, another value in it
+    assert legalizer_identity("relax.print") is None  # no FLegalize: nothing to key
+
+
+def test_records_made_before_a_replacement_are_not_used(tmp_path, legalized):
+    """A user's legalizer for exp, registered over TVM's: stock folds with it, and so must we."""
+    mod = _module()
+    _fold_checked(mod, tmp_path)
+    op = tvm.ir.Op.get("relax.exp")
+    original = op.get_attr("FLegalize")
+
+    def negate_instead(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        return bb.call_te(topi.negative, call.args[0])
+
+    tvm.ir.register_op_attr("relax.exp", "FLegalize", negate_instead, level=11)
+    try:
+        assert "negate_instead" in str(legalizer_identity("relax.exp"))
+        legalized.clear()
+        _fold_checked(mod, tmp_path)  # equal to stock, which negates: the old record would not
+        assert legalized == [["relax.exp"]], "only the request whose legalizer changed"
+    finally:
+        op.reset_attr("FLegalize")
+        tvm.ir.register_op_attr("relax.exp", "FLegalize", original)
+    legalized.clear()
+    _fold_checked(mod, tmp_path)
+    assert legalized == [], "TVM's own legalizer is back, and so are its records"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong shape"])
+def test_a_damaged_record_is_legalized_again_and_rewritten(tmp_path, legalized, damage):
+    mod = _module()
+    _fold_checked(mod, tmp_path)
+    record = _records(tmp_path)[0]
+    intact = record.read_text()
+    if damage == "garbage":
+        record.write_bytes(b"\x00\xff not json")
+    elif damage == "truncated":
+        record.write_text(intact[: len(intact) // 2])
+    else:
+        record.write_text(json.dumps(["kernel", "digest"]))
+    legalized.clear()
+    _fold_checked(mod, tmp_path)
+    assert len(legalized) == 1 and len(legalized[0]) == 1, "the damaged record's request only"
+    assert json.loads(record.read_text()) == json.loads(intact)
+
+
+def test_a_kernel_gone_from_the_cache_is_legalized_when_needed(tmp_path, legalized):
+    """The record stands in for the PrimFunc; the library that held its code was evicted."""
+    mod = _module()
+    first = _fold_checked(mod, tmp_path)
+    for library in tmp_path.glob("v2/*/libs/*.so"):
+        library.unlink()
+    legalized.clear()
+    again = _fold_checked(mod, tmp_path)
+    assert again.report.kernels_compiled == first.report.kernels_compiled
+    assert len(legalized) == first.report.kernels_compiled, "one on-demand LegalizeOps each"
+    assert all(len(run) == 1 for run in legalized)
+
+
+def test_a_record_that_no_longer_matches_is_a_clear_error(tmp_path):
+    mod = _module()
+    _fold_checked(mod, tmp_path)
+    for record in _records(tmp_path):
+        stored = json.loads(record.read_text())
+        if stored[0] == "kernel":
+            stored[1] = "0" * 64  # a digest no PrimFunc has
+            record.write_text(json.dumps(stored))
+    for library in tmp_path.glob("v2/*/libs/*.so"):
+        library.unlink()  # so the kernels are legalized again, and compared with their records
+    with pytest.raises(PlanInvariantError, match="delete the kernel cache directory"):
+        fgr.fold(mod, kernel_cache=tmp_path)
+    tvm.ir.assert_structural_equal(mod, _module())  # the caller's module is untouched
+
+
+def test_records_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(_kernel_cache, "MAX_LEGALIZED_ENTRIES", 2)
+    _fold_checked(_module(8, 16), tmp_path)
+    _fold_checked(_module(5, 7), tmp_path)
+    assert len(_records(tmp_path)) == 2
