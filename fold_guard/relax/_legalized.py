@@ -23,7 +23,6 @@ The kernel cache's directory already separates fold_guard versions, TVM builds a
 from __future__ import annotations
 
 import hashlib
-import marshal
 import sys
 import threading
 from types import CodeType, FrameType
@@ -64,7 +63,8 @@ def legalizer_identity(op_name: str) -> Optional[str]:
     back, so it is called once (per registration) on ``(None, None)`` with a profile hook that
     records the first Python function entered: the legalizer, which then fails at its first
     look at the call. A legalizer that runs no Python (a native one) or that returns without
-    failing has no identity here, and its requests are not cached.
+    failing has no identity here, and its requests are not cached; nor has any while a profiler
+    (``sys.setprofile``) is running on the calling thread, since the hook would replace it.
 
     >>> legalizer_identity("relax.add").split(":")[1]
     '_binary.<locals>.binary_call_te'
@@ -77,6 +77,10 @@ def legalizer_identity(op_name: str) -> Optional[str]:
         known = _IDENTITIES.get(op_name)
         if known is not None and known[0].same_as(registered):
             return known[1]
+        if sys.getprofile() is not None:
+            # A profiler (cProfile's is not a Python callable) could not be put back afterwards;
+            # nothing is remembered, so the probe runs once it has stopped.
+            return None
         identity = _probe(registered)
         _IDENTITIES[op_name] = (registered, identity)  # holding it keeps its address unique
         return identity
@@ -89,7 +93,6 @@ def _probe(legalizer: Any) -> Optional[str]:
         if event == "call" and not entered:
             entered.append(frame)
 
-    previous = sys.getprofile()
     sys.setprofile(hook)
     try:
         legalizer(None, None)
@@ -98,7 +101,7 @@ def _probe(legalizer: Any) -> Optional[str]:
     else:
         return None
     finally:
-        sys.setprofile(previous)
+        sys.setprofile(None)
     if not entered:
         return None
     frame = entered[0]
@@ -109,15 +112,29 @@ def _probe(legalizer: Any) -> Optional[str]:
             code.co_filename,
             getattr(code, "co_qualname", code.co_name),
             str(code.co_firstlineno),
-            hashlib.sha256(marshal.dumps(code)).hexdigest()[:32],
+            _code_digest(code),
             repr(closure),
         ]
     )
 
 
+def _code_digest(code: CodeType) -> str:
+    """A digest of what ``code`` does: bytecode, names and constants, nested code included.
+
+    Not ``marshal.dumps``: its bytes depend on reference counts, so they change as a process runs.
+    """
+    digest = hashlib.sha256(code.co_code)
+    digest.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
+    for const in code.co_consts:
+        digest.update(
+            (_code_digest(const) if isinstance(const, CodeType) else repr(const)).encode()
+        )
+    return digest.hexdigest()[:32]
+
+
 def _describe(value: object) -> str:
     if isinstance(value, CodeType):
-        return hashlib.sha256(marshal.dumps(value)).hexdigest()[:32]
+        return _code_digest(value)
     code = getattr(value, "__code__", None)
     if isinstance(code, CodeType):
         name = getattr(value, "__qualname__", getattr(value, "__name__", "?"))

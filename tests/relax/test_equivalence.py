@@ -215,6 +215,18 @@ def test_folded_constants_bit_identical(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_a_warm_fold_matches_stock(name, tmp_path):
+    """Folded again through the kernel cache the first fold filled: kernels loaded, not compiled,
+    and requests read from their legalization records, not legalized (``_legalized``)."""
+    import fold_guard.relax
+
+    fold_guard.relax.fold(BUILDERS[name](), kernel_cache=tmp_path)
+    warm = fold_guard.relax.fold(BUILDERS[name](), kernel_cache=tmp_path)
+    assert warm.report.kernels_compiled == 0
+    tvm.ir.assert_structural_equal(warm.mod, _stock_out(name))
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_input_not_mutated(name):
     folded = _folded(name)  # the pass ran on folded.input, a module built for it alone
     mod, saved = folded.input, folded.saved

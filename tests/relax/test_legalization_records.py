@@ -9,6 +9,9 @@ Every fold here is checked structurally equal to the stock pass (constants compa
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Dict, List
 
@@ -185,3 +188,58 @@ def test_records_are_bounded(tmp_path, monkeypatch):
     _fold_checked(_module(8, 16), tmp_path)
     _fold_checked(_module(5, 7), tmp_path)
     assert len(_records(tmp_path)) == 2
+
+
+def test_a_running_profiler_is_left_alone(tmp_path, legalized):
+    """cProfile's hook is not a Python callable: the probe would not be able to put it back."""
+    import cProfile
+
+    mod = _module()
+    _fold_checked(mod, tmp_path)
+    _legalized_identities().clear()
+    profiler = cProfile.Profile()
+    legalized.clear()
+    profiler.enable()
+    try:
+        _fold_checked(mod, tmp_path)
+    finally:
+        profiler.disable()
+    assert legalized, "no identity under a profiler, so no records: legalized as without a cache"
+    assert sys.getprofile() is None
+    legalized.clear()
+    _fold_checked(mod, tmp_path)
+    assert legalized == [], "the profiler has stopped: the records serve again"
+
+
+def _legalized_identities():
+    from fold_guard.relax import _legalized
+
+    return _legalized._IDENTITIES
+
+
+@pytest.mark.slow
+def test_a_fresh_process_reads_the_records(tmp_path):
+    """The keys are the same in every process: legalizer identities do not drift as code runs."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from fold_guard.relax import _kernels
+        from test_legalization_records import _fold_checked, _module
+        runs = []
+        real = _kernels._legalize
+        _kernels._legalize = lambda functions: runs.append(len(functions)) or real(functions)
+        _fold_checked(_module(), sys.argv[1])
+        print(len(runs))
+        """
+    )
+    counts = [
+        subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    assert counts[0] != ["0"] and counts[1] == ["0"], counts
