@@ -283,14 +283,47 @@ def _split_by_output_shape(
     good: List[CallSite] = []
     bad: List[CallSite] = []
     kernel_types = _compat.flatten_types(out_ty)
+    plain = _plain_dims(kernel_types)
+    columns = {_compat.handle(var): column for var, column in request.dim_values.items()}
     for index, site in enumerate(request.members):
-        values = {var: column[index] for var, column in request.dim_values.items()}
         expected = [
             _compat.static_shape(t) for t in _compat.flatten_types(_compat.type_of(site.call))
         ]
-        produced = [_compat.static_shape_under(t, values) for t in kernel_types]
+        if plain is not None and all(
+            isinstance(d, int) or d[1] in columns for dims in plain for d in dims
+        ):
+            produced: List[Optional[Tuple[Optional[int], ...]]] = [
+                tuple(d if isinstance(d, int) else columns[d[1]][index] for d in dims)
+                for dims in plain
+            ]
+        else:
+            values = {var: column[index] for var, column in request.dim_values.items()}
+            produced = [_compat.static_shape_under(t, values) for t in kernel_types]
         (good if produced == expected else bad).append(site)
     return good, bad
+
+
+def _plain_dims(types: Sequence[object]) -> Optional[List[Tuple[Any, ...]]]:
+    """Per type, its dims: a size, or ``("var", handle)`` for a dim var; None for an expression.
+
+    The common case of a symbolic kernel (its result has its operands' dims), read without
+    binding an arithmetic analyzer per member.
+    """
+    result: List[Tuple[Any, ...]] = []
+    for ty in types:
+        values = getattr(getattr(ty, "shape", None), "values", None)
+        if not isinstance(ty, _compat.TensorType) or values is None:
+            return None
+        dims: List[Any] = []
+        for dim in values[:]:
+            if isinstance(dim, tvm.tirx.IntImm):
+                dims.append(int(dim.value))
+            elif isinstance(dim, tvm.tirx.Var):
+                dims.append(("var", _compat.handle(dim)))
+            else:
+                return None
+        result.append(tuple(dims))
+    return result
 
 
 def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Kernel], str]:

@@ -130,3 +130,21 @@ def test_report_counts_constant_bytes_and_kernels() -> None:
     assert (report.constant_bytes_before, report.constant_bytes_after) == (32, 16)
     assert report.kernels_compiled + report.kernels_cached == 1
     assert set(report.seconds) == {"lower", "legalize", "plan", "compile", "evaluate", "rewrite"}
+
+
+def test_result_shapes_are_read_without_an_analyzer_where_dims_are_plain(monkeypatch) -> None:
+    """A symbolic kernel's result dims are sizes and dim vars: read directly, they give what the
+    arithmetic analyzer gives (which is still used where a dim is an expression)."""
+    from fold_guard.relax import _kernels
+
+    n = tvm.tirx.Var("n", "int64")
+    plain = _kernels._plain_dims([relax.TensorType([n, 4], "int8")])
+    assert plain == [(("var", n.__chandle__()), 4)]
+    assert _kernels._plain_dims([relax.TensorType([n * 2], "int8")]) is None
+
+    mod = qdq_chain([(16 + i, 17 + i) for i in range(6)])  # one symbolic kernel per op
+    direct = fgr.fold(mod, kernel_cache=False)
+    monkeypatch.setattr(_kernels, "_plain_dims", lambda types: None)
+    analyzed = fgr.fold(mod, kernel_cache=False)
+    tvm.ir.assert_structural_equal(direct.mod, analyzed.mod)
+    assert direct.report.kernels_compiled == analyzed.report.kernels_compiled == 2
