@@ -26,7 +26,7 @@ processes never see half a file; a library is checked against the digest its ind
 recorded before it is loaded, so a corrupt or truncated entry is detected, removed and rebuilt;
 when the libraries exceed the size bound the least recently used are deleted (an index entry
 whose library is gone is a miss), and beyond :data:`MAX_LEGALIZED_ENTRIES` legalization
-records the least recently used are deleted too.
+records the least recently used are deleted too (checked about once per 256 new records).
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ _OFF = frozenset({"", "0", "off", "false", "no"})
 _LAYOUT = "v2"
 #: The bound on legalization records (each a few hundred bytes).
 MAX_LEGALIZED_ENTRIES = 1 << 16
+#: Records are counted (a stat of each) when a new one's key starts with this: about once per
+#: 256 new records, so a fold that writes a few does not pay for listing tens of thousands.
+_TRIM_KEY_PREFIX = "00"
 
 #: ``None``: the environment decides; ``False``: no cache; a path: the cache directory.
 CacheSetting = Union[None, bool, str, os.PathLike]
@@ -248,12 +251,16 @@ class KernelCache:
         return found
 
     def write_legalized(self, records: Mapping[str, Any]) -> None:
-        """Store legalization records, then keep at most :data:`MAX_LEGALIZED_ENTRIES`."""
+        """Store legalization records; now and then, keep at most :data:`MAX_LEGALIZED_ENTRIES`.
+
+        The bound may be exceeded by about 256 records between two trims.
+        """
         if not records:
             return
         for key, record in records.items():
             _atomic_write(self._legalized / f"{key}.json", json.dumps(record).encode())
-        self._trim(self._legalized, "*.json", count=MAX_LEGALIZED_ENTRIES)
+        if any(key.startswith(_TRIM_KEY_PREFIX) for key in records):
+            self._trim(self._legalized, "*.json", count=MAX_LEGALIZED_ENTRIES)
 
     # ------------------------------------------------------------------------------ internals
 

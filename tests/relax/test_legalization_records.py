@@ -185,9 +185,13 @@ def test_a_record_that_no_longer_matches_is_a_clear_error(tmp_path):
 
 def test_records_are_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(_kernel_cache, "MAX_LEGALIZED_ENTRIES", 2)
+    monkeypatch.setattr(_kernel_cache, "_TRIM_KEY_PREFIX", "")  # count on every write
     _fold_checked(_module(8, 16), tmp_path)
     _fold_checked(_module(5, 7), tmp_path)
     assert len(_records(tmp_path)) == 2
+    monkeypatch.setattr(_kernel_cache, "_TRIM_KEY_PREFIX", "no key starts like this")
+    _fold_checked(_module(3, 9), tmp_path)
+    assert len(_records(tmp_path)) > 2, "between trims the records are not counted"
 
 
 def test_a_running_profiler_is_left_alone(tmp_path, legalized):
