@@ -107,8 +107,19 @@ def _add_kernel(constant: float) -> tvm.tirx.PrimFunc:
     return te.create_prim_func([a, te.compute((8,), lambda i: a[i] * 1.5 + constant)])
 
 
-def test_a_library_built_in_parts_holds_every_kernel(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("linker", ["ld", "compiler driver"])
+def test_a_library_built_in_parts_holds_every_kernel(tmp_path, monkeypatch, linker) -> None:
+    """Linked by ``ld`` itself, or (where it is missing) by the compiler driver: the same kernels."""
     monkeypatch.setattr(_shared_library, "usable_cpus", lambda: 3)
+    drivers: list = []
+    real_driver = _shared_library.cc.create_shared
+    monkeypatch.setattr(
+        _shared_library.cc,
+        "create_shared",
+        lambda path, objects: drivers.append(path) or real_driver(path, objects),
+    )
+    if linker != "ld":
+        monkeypatch.setattr(_shared_library.shutil, "which", lambda name: None)
     functions = {
         f"k{i}": (_add_kernel(float(i)).with_attr("global_symbol", f"k{i}"), target)
         for i, target in enumerate([OPTIMIZED_TARGET, QUICK_TARGET] * 3)
@@ -127,6 +138,7 @@ def test_a_library_built_in_parts_holds_every_kernel(tmp_path, monkeypatch) -> N
         alone[symbol](tvm.runtime.tensor(x), expected)
         library[symbol](tvm.runtime.tensor(x), got)
         assert got.numpy().tobytes() == expected.numpy().tobytes()
+    assert drivers == ([] if linker == "ld" else [path])
 
 
 def test_a_failed_part_leaves_no_library(tmp_path) -> None:
