@@ -143,7 +143,8 @@ def fold(
     ``kernel_cache`` chooses the persistent kernel cache: ``None`` (the default) uses
     ``$FOLD_GUARD_CACHE_DIR`` or ``~/.cache/fold_guard`` (``FOLD_GUARD_CACHE_DIR=off`` disables
     it), ``False`` disables it, a path relocates it. Kernels found there are loaded instead of
-    compiled (``report.kernels_cached``); see :mod:`fold_guard.relax._kernel_cache`.
+    compiled (``report.kernels_cached``), and op signatures legalized before are not legalized
+    again; see :mod:`fold_guard.relax._kernel_cache` and :mod:`fold_guard.relax._legalized`.
 
     Examples
     --------
