@@ -470,6 +470,8 @@ def _recorded_kernel(
     digest, arg_map, out_ty, why = decoded
     if digest is None:
         return None, why
+    if not all(0 <= a < len(request.params) and request.params[a] is not None for a in arg_map):
+        return None  # operands the request does not have: not a record of this request
 
     def relegalize() -> tvm.tirx.PrimFunc:
         modules, errors = _legalize({request.name: func})

@@ -137,7 +137,7 @@ def test_records_made_before_a_replacement_are_not_used(tmp_path, legalized):
     assert legalized == [], "TVM's own legalizer is back, and so are its records"
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong shape"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong shape", "wrong operands"])
 def test_a_damaged_record_is_legalized_again_and_rewritten(tmp_path, legalized, damage):
     mod = _module()
     _fold_checked(mod, tmp_path)
@@ -147,8 +147,14 @@ def test_a_damaged_record_is_legalized_again_and_rewritten(tmp_path, legalized, 
         record.write_bytes(b"\x00\xff not json")
     elif damage == "truncated":
         record.write_text(intact[: len(intact) // 2])
-    else:
+    elif damage == "wrong shape":
         record.write_text(json.dumps(["kernel", "digest"]))
+    else:
+        record = next(r for r in _records(tmp_path) if json.loads(r.read_text())[0] == "kernel")
+        intact = record.read_text()
+        stored = json.loads(intact)
+        stored[2] = [7]  # an operand index no request here has
+        record.write_text(json.dumps(stored))
     legalized.clear()
     _fold_checked(mod, tmp_path)
     assert len(legalized) == 1 and len(legalized[0]) == 1, "the damaged record's request only"
