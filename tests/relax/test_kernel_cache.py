@@ -30,8 +30,14 @@ from fold_guard.relax._opt_level import QUICK_TARGET
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _module(rows: int = 8, cols: int = 16, seed: int = 0) -> tvm.IRModule:
-    """x + dequantize(quantize(W)) + exp(B): three kernels, all on constants."""
+def _module(
+    rows: int = 8, cols: int = 16, seed: int = 0, *, scalar_take: bool = False
+) -> tvm.IRModule:
+    """x + dequantize(quantize(W)) + exp(B): three kernels, all on constants.
+
+    ``scalar_take`` adds ``exp(B)`` taken at a constant scalar index instead (a fourth kernel,
+    and a call whose stock fold is decided with the scalar as a constant).
+    """
     rng = np.random.default_rng(seed)
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((rows, cols), "float32"))
@@ -47,6 +53,8 @@ def _module(rows: int = 8, cols: int = 16, seed: int = 0) -> tvm.IRModule:
             e = bb.emit(
                 relax.op.exp(relax.const(rng.standard_normal((rows, cols)).astype("float32")))
             )
+            if scalar_take:
+                e = bb.emit(relax.op.take(e, relax.const(1, "int64"), axis=0))
             y = bb.emit(relax.op.add(x, dq))
             z = bb.emit_output(relax.op.add(y, e))
         bb.emit_func_output(z)

@@ -15,7 +15,6 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 import pytest
 import tvm
 from tvm import relax, topi
@@ -25,30 +24,17 @@ from fold_guard import PlanInvariantError
 from fold_guard.relax import _kernel_cache, _kernels
 from fold_guard.relax._legalized import legalizer_identity
 
+try:
+    from tests.relax.test_kernel_cache import _fold_checked
+    from tests.relax.test_kernel_cache import _module as kernel_cache_module
+except ImportError:  # tests/ is not a package: pytest puts tests/relax on sys.path
+    from test_kernel_cache import _fold_checked
+    from test_kernel_cache import _module as kernel_cache_module
+
 
 def _module(rows: int = 8, cols: int = 16, seed: int = 0) -> tvm.IRModule:
-    """dequantize(quantize(W)) + exp(B), and a take with a scalar index (a decision request)."""
-    rng = np.random.default_rng(seed)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((rows, cols), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            w = relax.const(rng.standard_normal((rows, cols)).astype("float32"))
-            scale, zero = relax.const(0.05, "float32"), relax.const(0, "int8")
-            q = bb.emit(relax.op.quantize(w, scale, zero, axis=0))
-            dq = bb.emit(relax.op.dequantize(q, scale, zero, axis=0))
-            e = bb.emit(relax.op.exp(relax.const(rng.standard_normal((rows, cols)), "float32")))
-            row = bb.emit(relax.op.take(e, relax.const(1, "int64"), axis=0))
-            y = bb.emit(relax.op.add(x, dq))
-            z = bb.emit_output(relax.op.add(y, row))
-        bb.emit_func_output(z)
-    return bb.get()
-
-
-def _fold_checked(mod: tvm.IRModule, cache) -> fgr.FoldResult:
-    result = fgr.fold(mod, kernel_cache=cache)
-    tvm.ir.assert_structural_equal(result.mod, relax.transform.FoldConstant()(mod))
-    return result
+    """dequantize(quantize(W)) + take(exp(B), scalar): with a decision request for the take."""
+    return kernel_cache_module(rows, cols, seed, scalar_take=True)
 
 
 @pytest.fixture
