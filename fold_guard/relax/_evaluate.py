@@ -36,10 +36,10 @@ import tvm
 from tvm import relax
 
 from .._core.driver import pending_levels, releasable
-from .._core.graph import FoldGraph, FoldNode, InputKind
+from .._core.graph import FoldGraph, FoldNode, InputKind, TensorInfo
 from .._core.planner import FoldPlan, evaluation_error
 from . import _compat
-from ._host import host_output, run_host
+from ._host import run_host
 from ._kernels import KernelLibrary, KernelSet
 from ._lower import CallSite, SiteKind
 from ._threads import usable_cpus
@@ -237,7 +237,7 @@ def _prepare(
     if host is not None:
 
         def start_copy() -> Run:
-            out = host_output(node.outputs[0])
+            (out,) = _allocate(node.outputs[:1])
             return lambda: [run_host(host, leaves, out)]
 
         return _Call(node, start_copy, nbytes)
@@ -245,8 +245,7 @@ def _prepare(
     args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
 
     def start() -> Run:
-        device = tvm.cpu(0)
-        outputs = [tvm.runtime.empty(info.shape, info.dtype, device) for info in node.outputs]
+        outputs = _allocate(node.outputs)
 
         def run() -> List[object]:
             function(*args, *outputs)
@@ -255,6 +254,16 @@ def _prepare(
         return run
 
     return _Call(node, start, nbytes)
+
+
+def _allocate(outputs: Sequence[TensorInfo]) -> List[tvm.runtime.Tensor]:
+    """New CPU tensors of the (static) result types ``outputs``, for a call to write into."""
+    device = tvm.cpu(0)
+    tensors = []
+    for info in outputs:
+        assert info.shape is not None and None not in info.shape, "folded results are static"
+        tensors.append(tvm.runtime.empty(info.shape, info.dtype, device))
+    return tensors
 
 
 def _leaf_value(

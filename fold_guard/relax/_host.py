@@ -21,7 +21,6 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .._core.graph import TensorInfo
 from . import _compat
 from ._lower import CallSite, StaticShapeVar
 
@@ -30,7 +29,6 @@ __all__ = [
     "NUMPY_EXACT_DTYPES",
     "HostFunction",
     "host_function",
-    "host_output",
     "run_host",
 ]
 
@@ -135,16 +133,10 @@ def host_function(site: CallSite) -> Optional[HostFunction]:
     return _HOST_FUNCTIONS[site.call.op.name](site)
 
 
-def host_output(info: TensorInfo) -> tvm.runtime.Tensor:
-    """A new tensor of ``info``'s (static) shape and dtype, for :func:`run_host` to fill."""
-    assert info.shape is not None and None not in info.shape, "folded results are static"
-    return tvm.runtime.empty(tuple(int(d) for d in info.shape if d is not None), str(info.dtype))
-
-
 def run_host(
     function: HostFunction, leaves: Sequence[tvm.runtime.Tensor], out: tvm.runtime.Tensor
 ) -> tvm.runtime.Tensor:
-    """Run ``function`` on tensors into ``out`` (see :func:`host_output`), and return ``out``.
+    """Run ``function`` on tensors into ``out`` (a new tensor of the result's type), and return ``out``.
 
     The operands are read and the result written in place through DLPack, so a reshape or a
     transpose copies its elements once, as its kernel would.

@@ -177,7 +177,7 @@ def encode_outcome(
             else:
                 return None
         outputs.append((_compat.dtype_of(leaf), dims))
-    return ("kernel", digest, [a for a in arg_map if isinstance(a, int)], outputs)
+    return ("kernel", digest, list(arg_map), outputs)
 
 
 def encode_decision(why_not: Optional[str]) -> Outcome:
