@@ -87,11 +87,14 @@ def legalizer_identity(op_name: str) -> Optional[str]:
 
 
 def _probe(legalizer: Any) -> Optional[str]:
-    entered: List[FrameType] = []
+    # The hook describes the frame at once and keeps only text: holding the frame would keep
+    # its callers' frames alive (f_back), the whole fold that asked among them, in a cycle that
+    # only the garbage collector frees.
+    described: List[str] = []
 
     def hook(frame: FrameType, event: str, _arg: object) -> None:
-        if event == "call" and not entered:
-            entered.append(frame)
+        if event == "call" and not described:
+            described.append(_describe_frame(frame))
 
     sys.setprofile(hook)
     try:
@@ -102,9 +105,10 @@ def _probe(legalizer: Any) -> Optional[str]:
         return None
     finally:
         sys.setprofile(None)
-    if not entered:
-        return None
-    frame = entered[0]
+    return described[0] if described else None
+
+
+def _describe_frame(frame: FrameType) -> str:
     code = frame.f_code
     closure = [_describe(frame.f_locals.get(name)) for name in code.co_freevars]
     return ":".join(

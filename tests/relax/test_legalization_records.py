@@ -8,6 +8,7 @@ Every fold here is checked structurally equal to the stock pass (constants compa
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -205,6 +206,25 @@ def test_a_running_profiler_is_left_alone(tmp_path, legalized):
     legalized.clear()
     _fold_checked(mod, tmp_path)
     assert legalized == [], "the profiler has stopped: the records serve again"
+
+
+def test_probing_a_legalizer_keeps_nothing_of_the_fold_alive(tmp_path):
+    """The probe's frame would hold its callers' frames, and with them the whole fold (values
+    included), in a cycle only the garbage collector frees: nothing may outlive the fold."""
+    from fold_guard.relax._lower import CallSite
+
+    mod = _module()
+    _fold_checked(mod, tmp_path)
+    _legalized_identities().clear()
+    gc.collect()
+    gc.disable()
+    try:
+        result = fgr.fold(mod, kernel_cache=tmp_path)
+        left = [o for o in gc.get_objects() if isinstance(o, CallSite)]
+    finally:
+        gc.enable()
+    assert result.report.kernels_cached, "the records and kernels served"
+    assert left == [], f"{len(left)} call sites of the fold are still alive after it"
 
 
 def _legalized_identities():
