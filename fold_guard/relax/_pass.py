@@ -229,13 +229,14 @@ def _fold(
         raise PlanInvariantError(
             "fold_guard produced a module that is not well formed; please report it"
         )
+    bytes_before, bytes_after = _constant_bytes(mod, new_mod)
     return fold_result(
         new_mod,
         fold_plan,
         modified=not tvm_ffi.structural_equal(new_mod, mod),
         implementation=IMPLEMENTATION,
         timer=timer,
-        constant_bytes=(_constant_bytes(mod), _constant_bytes(new_mod)),
+        constant_bytes=(bytes_before, bytes_after),
         kernels_compiled=library.compiled,
         kernels_cached=library.cached,
     )
@@ -274,28 +275,38 @@ def _rewrite_module(
 
 @visitor
 class _ConstantBytes(PyExprVisitor):
-    def __init__(self) -> None:
+    def __init__(self, sizes: Dict[int, int]) -> None:
         super().__init__()
         self.total = 0
+        self.sizes = sizes
 
     def visit_generic_const_(self, const: relax.Expr) -> None:
-        # from the type, not the data: no copy of every weight just to count it
-        ty = _compat.type_of(const)
-        if isinstance(ty, _compat.TensorType):
-            # the output shares most constants with the input: each is sized once per fold
-            self.total += _compat.remembered(ty, "nbytes", _tensor_nbytes)
+        # the output shares most constants with the input: each is sized once per fold
+        key = _compat.handle(const)
+        size = self.sizes.get(key)
+        if size is None:
+            size = self.sizes[key] = _tensor_nbytes(_compat.constant_array(const))
+        self.total += size
 
 
-def _tensor_nbytes(ty) -> int:
-    return dtype_nbytes(_compat.dtype_of(ty), _compat.static_shape(ty)) or 0
+def _tensor_nbytes(value: object) -> int:
+    # the tensor's own header, not the constant's type: one read for the shape, none per dim
+    if not isinstance(value, tvm.runtime.Tensor):
+        return 0
+    return dtype_nbytes(str(value.dtype), tuple(value.shape)) or 0
 
 
-def _constant_bytes(mod: tvm.IRModule) -> int:
-    counter = _ConstantBytes()
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            counter.visit_expr(func)
-    return counter.total
+def _constant_bytes(*mods: tvm.IRModule) -> List[int]:
+    """The bytes of the tensor constants in each module's Relax functions."""
+    sizes: Dict[int, int] = {}  # by constant handle: every module is alive while they count
+    totals = []
+    for mod in mods:
+        counter = _ConstantBytes(sizes)
+        for func in mod.functions.values():
+            if isinstance(func, relax.Function):
+                counter.visit_expr(func)
+        totals.append(counter.total)
+    return totals
 
 
 #: Stock ``relax.transform.FoldConstant`` is a function pass at opt_level 0.
