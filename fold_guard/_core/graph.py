@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from types import MappingProxyType
 from typing import (
     AbstractSet,
     Dict,
@@ -206,6 +207,9 @@ class FoldGraph:
         A node that reads only the type (``type_source``, e.g. Relay's ``shape_of``) is still a
         use of it, for the policies that ask where a value goes (``weights-only``).
         """
+        known = self.__dict__.get("_consumers")
+        if known is not None:  # the graph is immutable: asked by the driver, rewrite, policies
+            return MappingProxyType(known)
         users: Dict[int, List[int]] = {node.id: [] for node in self.nodes}
         for node in self.nodes:
             for inp in node.inputs:
@@ -213,7 +217,9 @@ class FoldGraph:
                     users[inp.source].append(node.id)
             if node.type_source is not None and node.id not in users[node.type_source]:
                 users[node.type_source].append(node.id)
-        return {key: tuple(value) for key, value in users.items()}
+        consumers = {key: tuple(value) for key, value in users.items()}
+        object.__setattr__(self, "_consumers", consumers)  # not a field: eq and hash ignore it
+        return MappingProxyType(consumers)
 
     def reachable_from_constants(self, *, through_barriers: bool) -> FrozenSet[int]:
         """The nodes that compute from constants only: see :func:`reachable_from_constants`.

@@ -84,7 +84,11 @@ class FoldPlan:
 
     @property
     def folded(self) -> Tuple[FoldDecision, ...]:
-        return tuple(d for d in self.decisions if d.action is Action.FOLD)
+        known = self.__dict__.get("_folded")
+        if known is None:  # the plan is immutable, and the driver and the rewrite ask often
+            known = tuple(d for d in self.decisions if d.action is Action.FOLD)
+            object.__setattr__(self, "_folded", known)  # not a field: eq and hash ignore it
+        return known
 
     @property
     def kept(self) -> Tuple[FoldDecision, ...]:
