@@ -153,9 +153,9 @@ def run_host(
     return out
 
 
-#: Columns per stripe of a transpose copied in stripes (:func:`_copy`): enough to fill the
-#: cache lines written, few enough that the rows read stay in cache. Measured best here for
-#: float32 and int8 weights of 384 to 3072 columns.
+#: Source rows (target columns) per stripe of a transpose copied in stripes (:func:`_copy`):
+#: each target row gets that many consecutive elements per visit, and that many source rows
+#: are read side by side. Measured best here for float32 and int8 weights of 384 to 3072 columns.
 _STRIPE = 16
 #: A source row stride that is a multiple of this sends every element a transpose reads to one
 #: group of cache sets (a 2048-column float32 matrix: 8 KiB apart), so each load misses.
@@ -169,8 +169,8 @@ def _copy(target: np.ndarray, source: np.ndarray) -> None:
 
     NumPy copies in the target's order, so a transposed ``source`` is read down its columns; at
     a power-of-two row stride those reads all compete for a few cache sets and a 1000 x 2048
-    float32 transpose takes 8-13 ms. Copied 16 source rows at a time, each stripe reads
-    rows and writes whole cache lines: 3-4 ms.
+    float32 transpose takes 8-13 ms. Copied 16 source rows at a time, each stripe reads those
+    rows front to back and writes 16 consecutive elements of every target row: 3-4 ms.
     """
     if (
         source.ndim != 2

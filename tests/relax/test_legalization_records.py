@@ -216,13 +216,15 @@ def test_probing_a_legalizer_keeps_nothing_of_the_fold_alive(tmp_path):
     mod = _module()
     _fold_checked(mod, tmp_path)
     _legalized_identities().clear()
+    was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
         result = fgr.fold(mod, kernel_cache=tmp_path)
         left = [o for o in gc.get_objects() if isinstance(o, CallSite)]
     finally:
-        gc.enable()
+        if was_enabled:
+            gc.enable()
     assert result.report.kernels_cached, "the records and kernels served"
     assert left == [], f"{len(left)} call sites of the fold are still alive after it"
 
