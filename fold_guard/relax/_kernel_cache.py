@@ -24,8 +24,10 @@ their optimization levels.
 Safety: files are written under a temporary name and renamed (atomic on POSIX), so concurrent
 processes never see half a file; a library is checked against the digest its index entry
 recorded before it is loaded, so a corrupt or truncated entry is detected, removed and rebuilt;
-when the libraries exceed the size bound the least recently used are deleted (an index entry
-whose library is gone is a miss), and beyond :data:`MAX_LEGALIZED_ENTRIES` legalization
+when the libraries exceed the size bound the least recently used are deleted, counting the
+libraries of every build and layout in the directory, so that those of an older fold_guard or
+TVM go first and the directory stays bounded across upgrades (an index entry whose library is
+gone is a miss), and beyond :data:`MAX_LEGALIZED_ENTRIES` legalization
 records the least recently used are deleted too (checked about once per 256 new records).
 """
 
@@ -62,11 +64,14 @@ logger = logging.getLogger("fold_guard")
 
 #: Relocates the cache; ``off`` (or ``0``, ``false``, ``no``, empty) disables it.
 CACHE_DIR_ENV = "FOLD_GUARD_CACHE_DIR"
-#: The size bound in bytes for the cached libraries (default :data:`DEFAULT_MAX_BYTES`).
+#: The size bound in bytes for the cached libraries of every build and layout in the directory
+#: (default :data:`DEFAULT_MAX_BYTES`).
 CACHE_MAX_BYTES_ENV = "FOLD_GUARD_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30
 _OFF = frozenset({"", "0", "off", "false", "no"})
 _LAYOUT = "v2"
+#: The libraries of every layout and build under the cache directory (v1 had the same shape).
+_LIBRARIES_GLOB = "v*/*/libs/*.so"
 #: The bound on legalization records (each a few hundred bytes).
 MAX_LEGALIZED_ENTRIES = 1 << 16
 #: Records are counted (a stat of each) when a new one's key starts with this: about once per
@@ -296,7 +301,10 @@ class KernelCache:
             return None
 
     def _evict(self, keep: Path) -> None:
-        self._trim(self._libs, "*.so", max_bytes=self.max_bytes, keep=keep)
+        # Over the whole cache directory: every build (another fold_guard or TVM version) and
+        # every older layout keeps its libraries here, and those nothing uses any more are the
+        # least recently used; a build's index entries whose library is gone are misses.
+        self._trim(self.root, _LIBRARIES_GLOB, max_bytes=self.max_bytes, keep=keep)
 
     def _trim(
         self,

@@ -186,6 +186,32 @@ def test_size_bound_evicts_least_recently_used(tmp_path, monkeypatch):
     assert (again.report.kernels_compiled, again.report.kernels_cached) == (3, 0)
 
 
+def test_the_size_bound_counts_other_builds_and_older_layouts(tmp_path, monkeypatch):
+    """Libraries an older fold_guard or TVM left (another build, the v1 layout) count toward the
+    bound and, unused, go first: the directory stays bounded across upgrades."""
+    stale = [tmp_path / "v1" / "old" / "libs" / "a.so", tmp_path / "v2" / "other" / "libs" / "b.so"]
+    for path in stale:
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"\0" * (1 << 20))
+        os.utime(path, (1, 1))  # used long ago
+    unrelated = tmp_path / "notes" / "libs" / "c.so"
+    unrelated.parent.mkdir(parents=True)
+    unrelated.write_bytes(b"\0")
+    _fold_checked(_module(), tmp_path)
+
+    def ours():
+        return [path for path in _libraries(tmp_path) if path not in stale]
+
+    (first,) = ours()
+    # room for our two libraries and one stale one (ours are far smaller than 1 MiB)
+    bound = 2 * first.stat().st_size + (1 << 20) + 4096
+    monkeypatch.setenv(_kernel_cache.CACHE_MAX_BYTES_ENV, str(bound))
+    _fold_checked(_module(5, 7), tmp_path)  # other shapes: a second library of our build
+    assert [path.exists() for path in stale] == [False, True], "the oldest goes first"
+    assert len(ours()) == 2, "ours, recently used, stay"
+    assert unrelated.exists(), "only the cache's libraries are counted and removed"
+
+
 @pytest.mark.slow
 def test_concurrent_processes_share_one_cache(tmp_path):
     script = textwrap.dedent(
