@@ -181,6 +181,11 @@ class FoldGraph:
     """The calls of a module, in topological order (every input node comes before its user)."""
 
     nodes: Tuple[FoldNode, ...]
+    #: :meth:`consumers`, once asked (the graph is immutable; the driver, the rewrite and
+    #: policies ask for it each round)
+    _consumers: Optional[Dict[int, Tuple[int, ...]]] = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for index, node in enumerate(self.nodes):
@@ -207,9 +212,8 @@ class FoldGraph:
         A node that reads only the type (``type_source``, e.g. Relay's ``shape_of``) is still a
         use of it, for the policies that ask where a value goes (``weights-only``).
         """
-        known = self.__dict__.get("_consumers")
-        if known is not None:  # the graph is immutable: asked by the driver, rewrite, policies
-            return MappingProxyType(known)
+        if self._consumers is not None:
+            return MappingProxyType(self._consumers)
         users: Dict[int, List[int]] = {node.id: [] for node in self.nodes}
         for node in self.nodes:
             for inp in node.inputs:
@@ -218,7 +222,7 @@ class FoldGraph:
             if node.type_source is not None and node.id not in users[node.type_source]:
                 users[node.type_source].append(node.id)
         consumers = {key: tuple(value) for key, value in users.items()}
-        object.__setattr__(self, "_consumers", consumers)  # not a field: eq and hash ignore it
+        object.__setattr__(self, "_consumers", consumers)  # frozen; eq and hash ignore it
         return MappingProxyType(consumers)
 
     def reachable_from_constants(self, *, through_barriers: bool) -> FrozenSet[int]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Set, Tuple
 
 from .errors import ConflictingAnnotationsError, FoldNotPossibleError, PreconditionError
@@ -81,14 +81,18 @@ class FoldPlan:
     graph: FoldGraph
     decisions: Tuple[FoldDecision, ...]
     policy_name: str
+    #: :attr:`folded`, once asked (the plan is immutable; the driver and the rewrite ask often)
+    _folded: Optional[Tuple[FoldDecision, ...]] = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def folded(self) -> Tuple[FoldDecision, ...]:
-        known = self.__dict__.get("_folded")
-        if known is None:  # the plan is immutable, and the driver and the rewrite ask often
-            known = tuple(d for d in self.decisions if d.action is Action.FOLD)
-            object.__setattr__(self, "_folded", known)  # not a field: eq and hash ignore it
-        return known
+        if self._folded is None:
+            folded = tuple(d for d in self.decisions if d.action is Action.FOLD)
+            object.__setattr__(self, "_folded", folded)  # frozen; eq and hash ignore it
+            return folded
+        return self._folded
 
     @property
     def kept(self) -> Tuple[FoldDecision, ...]:
