@@ -2,10 +2,12 @@
 
 The calls of one level read only values of earlier levels, so they are independent: the large
 ones run on a pool of threads, one per CPU this process may use (a compiled kernel and NumPy's
-copies release the GIL), while the calling thread runs the small ones. Where a call runs changes
-none of its bits: every call writes its own output tensors, and its kernel is the one it would
-run alone. Everything that touches shared state (choosing a kernel, checking a guard, building
-an ``-O3`` kernel on demand, recording values and failures) stays on the calling thread.
+copies release the GIL), while the calling thread runs the small ones. A large quantize or
+dequantize runs in blocks of rows, one per thread (``_row_blocks``). Where a call runs changes
+none of its bits: every call writes its own output tensors (a block its own rows of them), and
+its kernel is the one it would run alone. Everything that touches shared state (choosing a
+kernel, checking a guard, building an ``-O3`` kernel on demand, recording values and failures)
+stays on the calling thread.
 
 As each call finishes, the values nothing needs any more are dropped (``releasable``: every
 consumer folded and evaluated, no use outside the graph), and a call allocates its outputs only
@@ -15,12 +17,15 @@ when it starts, so a model's intermediate constants (the int8 weights between ``
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import (
     AbstractSet,
+    Any,
     Callable,
     ContextManager,
     Dict,
@@ -42,6 +47,7 @@ from . import _compat
 from ._host import run_host
 from ._kernels import KernelLibrary, KernelSet
 from ._lower import CallSite, SiteKind
+from ._row_blocks import row_blocks
 from ._threads import usable_cpus
 
 __all__ = ["PARALLEL_MIN_BYTES", "evaluate_plan"]
@@ -53,6 +59,7 @@ Values = Dict[int, List[tvm.runtime.Tensor]]
 PARALLEL_MIN_BYTES = 1 << 18
 
 
+#: A part of a call's computation; each returns the call's output tensors.
 Run = Callable[[], List[object]]
 
 
@@ -62,12 +69,13 @@ class _Call:
 
     ``start`` allocates its outputs, on the calling thread (allocations on pool threads land in
     per-thread malloc arenas, which hold on to freed memory: +33 MiB at 1 GiB of weights), and
-    returns the computation, which any thread may run, returning the output tensors.
+    returns the computation in ``parts`` parts, which any threads may run at once.
     """
 
     node: FoldNode
-    start: Callable[[], Run]
+    start: Callable[[], Sequence[Run]]
     nbytes: int = 0
+    parts: int = 1
 
 
 def evaluate_plan(
@@ -112,11 +120,15 @@ def evaluate_plan(
             _drop_unneeded(call.node, release, evaluated, values)
 
     with pool as executor:
+        if executor is not None:
+            _start_threads(executor, threads)
         for level in pending_levels(plan, values):
             calls: List[_Call] = []
             for node in level:
                 try:
-                    call = _prepare(node, sites[node.id], kernels, library, plan.graph, values)
+                    call = _prepare(
+                        node, sites[node.id], kernels, library, plan.graph, values, threads
+                    )
                 except Exception as err:  # noqa: BLE001 - recorded as this call's failure
                     _record_failure(node, err, failures, strict)
                     continue
@@ -131,7 +143,26 @@ def evaluate_plan(
     return failures
 
 
-def _spent() -> Run:
+def _start_threads(executor: ThreadPoolExecutor, threads: int) -> None:
+    """Have ``executor`` start all ``threads`` threads now, without waiting for them.
+
+    A pool starts a thread for a task only if it counts no idle one, and it counts one per task
+    ended, not per thread waiting: after a level of many calls it may count idle threads that
+    are busy, and leave the parts of the next level's one large call to a single thread.
+    """
+    arrived = threading.Barrier(threads)
+
+    def arrive() -> None:
+        try:
+            arrived.wait(timeout=10)
+        except threading.BrokenBarrierError:  # a thread that never started: the pool has fewer
+            pass
+
+    for _ in range(threads):
+        executor.submit(arrive)
+
+
+def _spent() -> Sequence[Run]:
     raise AssertionError("a folded call ran twice")
 
 
@@ -160,47 +191,76 @@ def _run_level(
 ) -> None:
     """Run ``calls``, the large ones on ``executor``; ``finished`` sees each outcome on this thread.
 
-    At most ``threads`` large calls are started (their outputs allocated) at a time, and each
-    outcome is handed to ``finished`` as its call ends: the operands a call was the last to read
-    are dropped before the next call allocates, so the level's outputs replace its operands
-    instead of coming on top of them.
+    Large calls are started (their outputs allocated) while fewer than ``threads`` parts run,
+    and each outcome is handed to ``finished`` as its call's last part ends: the operands a call
+    was the last to read are dropped before the next call allocates, so the level's outputs
+    replace its operands instead of coming on top of them.
     """
     large = [c for c in calls if c.nbytes >= PARALLEL_MIN_BYTES] if executor is not None else []
-    if len(large) < 2:
+    if sum(c.parts for c in large) < 2:
         large = []
     waiting = deque(large)
     running: Dict[Future, _Call] = {}
+    parts_left: Dict[_Call, int] = {}
+    errors: Dict[_Call, Exception] = {}
 
     def start_next() -> None:
+        """Start the next waiting call that allocates (one that cannot is recorded as failed)."""
         assert executor is not None
-        call = waiting.popleft()
-        try:
-            run = call.start()
-        except Exception as err:  # noqa: BLE001 - recorded as this call's failure
-            finished(call, err)
+        while waiting:
+            call = waiting.popleft()
+            try:
+                parts = call.start()
+            except Exception as err:  # noqa: BLE001 - recorded as this call's failure
+                finished(call, err)
+                continue
+            parts_left[call] = len(parts)
+            for part in parts:
+                running[executor.submit(part)] = call
             return
-        running[executor.submit(run)] = call
 
-    while waiting and len(running) < threads:
-        start_next()
+    def fill() -> None:
+        while waiting and len(running) < threads:
+            start_next()
+
+    def collect(block: bool) -> None:
+        """Hand over the calls whose last part ended (with ``block``, wait for a part first)."""
+        if block:
+            done = list(wait(running, return_when=FIRST_COMPLETED)[0])
+        else:
+            done = [future for future in running if future.done()]
+        for future in done:
+            call = running.pop(future)
+            error = future.exception()
+            if isinstance(error, Exception):
+                errors.setdefault(call, error)
+            elif error is not None:
+                future.result()  # KeyboardInterrupt and the like: raised here
+            parts_left[call] -= 1
+            if not parts_left[call]:
+                del parts_left[call]
+                finished(call, errors.pop(call) if call in errors else future.result())
+        fill()
+
+    fill()
     on_pool = set(large)
     for call in calls:
         if call not in on_pool:
             finished(call, _outcome(call))
+            # a pool thread whose part ended gets the next one now, not after the small calls
+            if running:
+                collect(block=False)
     while running:
-        done, _ = wait(running, return_when=FIRST_COMPLETED)
-        for future in done:
-            error = future.exception()
-            finished(
-                running.pop(future), error if isinstance(error, Exception) else future.result()
-            )
-            if waiting:
-                start_next()
+        collect(block=True)
 
 
 def _outcome(call: _Call) -> Outcome:
+    """Run all of ``call`` on this thread."""
     try:
-        return call.start()()
+        outputs: List[object] = []
+        for part in call.start():
+            outputs = part()
+        return outputs
     except Exception as err:  # noqa: BLE001 - recorded as this call's failure
         return err
 
@@ -220,15 +280,16 @@ def _prepare(
     library: KernelLibrary,
     graph: FoldGraph,
     values: Values,
+    threads: int,
 ) -> Union[_Call, str]:
     """How to run ``node``, or why it cannot run; raises where choosing its kernel fails."""
     node_id = node.id
     leaves = [_leaf_value(site, i, graph, values) for i in range(len(site.leaves))]
     if site.kind is SiteKind.ALLOW:
-        return _Call(node, lambda: lambda: leaves[:1])
+        return _Call(node, lambda: [lambda: leaves[:1]])
     if site.kind is SiteKind.TENSOR_TO_SHAPE:
         shape = relax.ShapeExpr([int(v) for v in leaves[0].numpy().reshape(-1)])
-        return _Call(node, lambda: lambda: [shape])
+        return _Call(node, lambda: [lambda: [shape]])
     kernel = kernels.kernels.get(node_id)
     if kernel is None:
         return kernels.unsupported.get(node_id, "no kernel was prepared for this call")
@@ -236,24 +297,36 @@ def _prepare(
     host = kernels.host.get(node_id)
     if host is not None:
 
-        def start_copy() -> Run:
+        def start_copy() -> Sequence[Run]:
             (out,) = _allocate(node.outputs[:1])
-            return lambda: [run_host(host, leaves, out)]
+            return [lambda: [run_host(host, leaves, out)]]
 
         return _Call(node, start_copy, nbytes)
     function = library.function_for(kernel, site, leaves)
     args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
+    blocks = row_blocks(site, node, kernel.out_ty, threads)
 
-    def start() -> Run:
+    def start() -> Sequence[Run]:
         outputs = _allocate(node.outputs)
+        if blocks is None:
+            return [partial(_run_kernel, function, args, outputs, outputs)]
+        return [
+            partial(_run_kernel, function, block_args, block_outputs, outputs)
+            for block_args, block_outputs in blocks.arguments(kernel.arg_map, args, outputs)
+        ]
 
-        def run() -> List[object]:
-            function(*args, *outputs)
-            return list(outputs)
+    return _Call(node, start, nbytes, len(blocks.bounds) if blocks is not None else 1)
 
-        return run
 
-    return _Call(node, start, nbytes)
+def _run_kernel(
+    function: Any,
+    args: Sequence[object],
+    writes: Sequence[tvm.runtime.Tensor],
+    outputs: Sequence[tvm.runtime.Tensor],
+) -> List[object]:
+    """Run ``function`` writing ``writes`` (the outputs, or a block's rows of them); return ``outputs``."""
+    function(*args, *writes)
+    return list(outputs)
 
 
 def _allocate(outputs: Sequence[TensorInfo]) -> List[tvm.runtime.Tensor]:

@@ -170,3 +170,27 @@ def test_the_thread_count_caps_the_pool(monkeypatch) -> None:
     result = fgr.fold(mod, kernel_cache=False)
     assert _CountingPool.threads == set()
     assert tvm_ffi.structural_equal(result.mod, relax.transform.FoldConstant()(mod))
+
+
+def test_calls_after_two_that_cannot_allocate_still_run(monkeypatch) -> None:
+    """Five large calls on two threads; the third and fourth cannot allocate their outputs.
+
+    Both are recorded as failed with the allocation's error (their consumers do not fold), and
+    the fifth, started after them, still folds.
+    """
+    mod = calls_module(_qdq_calls(5))
+    real_allocate = _evaluate._allocate
+    allocations = []
+
+    def allocate(outputs):
+        allocations.append(outputs)
+        if len(allocations) in (3, 4):
+            raise MemoryError("no room for this output")
+        return real_allocate(outputs)
+
+    monkeypatch.setattr(_evaluate, "_allocate", allocate)
+    result = _fold_with(monkeypatch, mod, 2)
+    failed = [d for d in result.plan.decisions if d.reason is Reason.EVAL_FAILED]
+    assert [d.detail for d in failed] == ["MemoryError: no room for this output"] * 2
+    # each failed quantize takes its dequantize with it; the other three pairs fold
+    assert sum(d.reason is Reason.FOLDED for d in result.plan.decisions) == 6
