@@ -34,6 +34,7 @@ records the least recently used are deleted too (checked about once per 256 new 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -124,8 +125,17 @@ def _sha256_file(path: Path) -> str:
 
 def _tvm_build_identity() -> str:
     """TVM's version plus size and mtime of its installed libraries: a rebuilt TVM is another build."""
-    lib_dir = Path(tvm.__file__).parent / "lib"
-    parts = [tvm.__version__]
+    return f"{tvm.__version__}|{_libraries_identity(Path(tvm.__file__).parent / 'lib')}"
+
+
+@functools.lru_cache(maxsize=4)
+def _libraries_identity(lib_dir: Path) -> str:
+    """Size and mtime of TVM's libraries in ``lib_dir``, and its LLVM's version.
+
+    Read once per process: the libraries this process has loaded are the ones it runs, whatever
+    is installed over them later.
+    """
+    parts = []
     for lib in sorted(lib_dir.glob("libtvm*.so")) if lib_dir.is_dir() else []:
         stat = lib.stat()
         parts.append(f"{lib.name}:{stat.st_size}:{stat.st_mtime_ns}")
