@@ -1,4 +1,5 @@
-"""A large quantize or dequantize runs in blocks of rows on the pool, with stock's bits.
+"""A large quantize or dequantize runs in blocks of rows on the pool, with stock's bits (RFC.md,
+guarantees 1 and 2).
 
     table (32768 x 128 int8) -> dequantize        two tables of different heights, so their
     table (4096 x 128 int8)  -> dequantize        kernel is generic in the leading dim
@@ -18,6 +19,8 @@ import pytest
 import tvm
 import tvm_ffi
 from golden import calls_module
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tvm import relax
 
 import fold_guard.relax as fgr
@@ -174,3 +177,39 @@ def test_too_few_rows_for_two_blocks_run_whole() -> None:
     assert _single_block(2) is not None
     site, node = _site_and_node(relax.TensorType((1, 8 << 20), "int8"), (), 1, "float32")
     assert _row_blocks.row_blocks(site, node, relax.TensorType((_N, 8 << 20), "float32"), 2) is None
+
+
+# --------------------------------------------------------------------------- property
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(2, 1 << 16),
+    cols=st.integers(1, 700),
+    along_rows=st.booleans(),
+    blocks=st.integers(2, 8),
+)
+def test_blocks_cover_the_rows_once_and_start_aligned(rows, cols, along_rows, blocks) -> None:
+    """Whatever the shape: the blocks partition ``[0, rows)`` in order, at most ``blocks`` of
+    them, and each starts on a 64-byte boundary of the data, the result and a sliced scale."""
+    scale = (rows,) if along_rows else (cols,)
+    site, node = _site_and_node(
+        relax.TensorType((rows, cols), "int8"), scale, 0 if along_rows else 1, "float32"
+    )
+    found = _row_blocks.row_blocks(site, node, relax.TensorType((_N, cols), "float32"), blocks)
+    if rows * cols * 4 < _row_blocks.ROW_BLOCKS_MIN_BYTES:
+        assert found is None
+        return
+    if found is None:  # too few rows for two aligned blocks
+        assert rows <= 64
+        return
+    assert 2 <= len(found.bounds) <= blocks
+    assert found.bounds[0][0] == 0 and found.bounds[-1][1] == rows
+    for (_, hi), (lo, _) in zip(found.bounds, found.bounds[1:]):
+        assert hi == lo
+    for lo, hi in found.bounds:
+        assert lo < hi
+        assert (lo * cols) % 64 == 0 and (lo * cols * 4) % 64 == 0  # int8 data, fp32 result
+        if along_rows:
+            assert (lo * 4) % 64 == 0 and lo % 64 == 0  # fp32 scale, int8 zero point
+    assert found.sliced_leaves == ((0, 1, 2) if along_rows else (0,))
