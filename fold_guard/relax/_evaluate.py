@@ -100,11 +100,7 @@ def evaluate_plan(
     failures: Dict[int, str] = {}
     release = releasable(plan, escaping)
     threads = usable_cpus()
-    pool: ContextManager[Optional[ThreadPoolExecutor]] = (
-        ThreadPoolExecutor(threads, thread_name_prefix="fold_guard")
-        if threads > 1
-        else nullcontext()
-    )
+    pool: ContextManager[Optional[_Pool]] = _Pool(threads) if threads > 1 else nullcontext()
     errors: Dict[int, Exception] = {}
     # computed this round or still held from an earlier one (a consumer whose own value was
     # dropped has still been evaluated)
@@ -120,8 +116,6 @@ def evaluate_plan(
             _drop_unneeded(call.node, release, evaluated, values)
 
     with pool as executor:
-        if executor is not None:
-            _start_threads(executor, threads)
         for level in pending_levels(plan, values):
             calls: List[_Call] = []
             for node in level:
@@ -143,23 +137,41 @@ def evaluate_plan(
     return failures
 
 
-def _start_threads(executor: ThreadPoolExecutor, threads: int) -> None:
-    """Have ``executor`` start all ``threads`` threads now, without waiting for them.
+class _Pool:
+    """A thread pool whose threads all start with its first task.
 
-    A pool starts a thread for a task only if it counts no idle one, and it counts one per task
-    ended, not per thread waiting: after a level of many calls it may count idle threads that
-    are busy, and leave the parts of the next level's one large call to a single thread.
+    ``ThreadPoolExecutor`` starts a thread for a task only if it counts no idle one, and it
+    counts one per task ended, not per thread waiting: after a level of many calls it may count
+    idle threads that are busy, and leave the row blocks of the next level's one large call to a
+    single thread. So the first task is preceded by one per thread that waits for all of them to
+    arrive. A fold with no large call starts no thread.
     """
-    arrived = threading.Barrier(threads)
 
-    def arrive() -> None:
-        try:
-            arrived.wait(timeout=10)
-        except threading.BrokenBarrierError:  # a thread that never started: the pool has fewer
-            pass
+    def __init__(self, threads: int):
+        self._threads = threads
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="fold_guard")
+        self._started = False
 
-    for _ in range(threads):
-        executor.submit(arrive)
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._executor.shutdown(wait=True)
+
+    def submit(self, task: Callable[[], List[object]]) -> Future:
+        if not self._started:
+            self._started = True
+            arrived = threading.Barrier(self._threads)
+
+            def arrive() -> None:
+                try:
+                    arrived.wait(timeout=10)
+                except threading.BrokenBarrierError:  # a thread that never started
+                    pass
+
+            for _ in range(self._threads):
+                self._executor.submit(arrive)
+        return self._executor.submit(task)
 
 
 def _spent() -> Sequence[Run]:
@@ -185,7 +197,7 @@ Outcome = Union[List[object], Exception]
 
 def _run_level(
     calls: Sequence[_Call],
-    executor: Optional[ThreadPoolExecutor],
+    executor: Optional[_Pool],
     threads: int,
     finished: Callable[[_Call, Outcome], None],
 ) -> None:
