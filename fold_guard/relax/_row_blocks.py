@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import tvm
 
-from .._core.graph import FoldNode
+from .._core.graph import FoldNode, dtype_nbytes
 from . import _compat
 from ._host import NUMPY_EXACT_DTYPES
 from ._lower import CallSite
@@ -147,5 +147,5 @@ def _generic_in_rows(kernel_result: object, ndim: int) -> bool:
 
 def _aligned_rows(dtype: str, shape: Sequence[int]) -> int:
     """The fewest rows of a ``dtype`` tensor of ``shape`` whose bytes are a multiple of the alignment."""
-    row_bytes = np.dtype(dtype).itemsize * math.prod(shape[1:])
+    row_bytes = dtype_nbytes(dtype, shape[1:]) or 0
     return _ALIGNMENT // math.gcd(row_bytes, _ALIGNMENT) if row_bytes else 1
