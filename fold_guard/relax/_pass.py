@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import tvm
 import tvm_ffi
@@ -229,14 +230,13 @@ def _fold(
         raise PlanInvariantError(
             "fold_guard produced a module that is not well formed; please report it"
         )
-    bytes_before, bytes_after = _constant_bytes(mod, new_mod)
     return fold_result(
         new_mod,
         fold_plan,
         modified=not tvm_ffi.structural_equal(new_mod, mod),
         implementation=IMPLEMENTATION,
         timer=timer,
-        constant_bytes=(bytes_before, bytes_after),
+        constant_bytes=functools.partial(_constant_bytes, mod, new_mod),
         kernels_compiled=library.compiled,
         kernels_cached=library.cached,
     )
@@ -296,17 +296,17 @@ def _tensor_nbytes(value: object) -> int:
     return dtype_nbytes(str(value.dtype), tuple(value.shape)) or 0
 
 
-def _constant_bytes(*mods: tvm.IRModule) -> List[int]:
+def _constant_bytes(before: tvm.IRModule, after: tvm.IRModule) -> Tuple[int, int]:
     """The bytes of the tensor constants in each module's Relax functions."""
     sizes: Dict[int, int] = {}  # by constant handle: every module is alive while they count
     totals = []
-    for mod in mods:
+    for mod in (before, after):
         counter = _ConstantBytes(sizes)
         for func in mod.functions.values():
             if isinstance(func, relax.Function):
                 counter.visit_expr(func)
         totals.append(counter.total)
-    return totals
+    return totals[0], totals[1]
 
 
 #: Stock ``relax.transform.FoldConstant`` is a function pass at opt_level 0.

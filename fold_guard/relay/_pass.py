@@ -281,7 +281,7 @@ def fold(
         modified=not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True),
         implementation=IMPLEMENTATION,
         timer=timer,
-        constant_bytes=(_constant_bytes(typed), _constant_bytes(new_mod)),
+        constant_bytes=lambda: (_constant_bytes(typed), _constant_bytes(new_mod)),
         evaluation_runs=runs,
     )
 

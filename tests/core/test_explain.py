@@ -122,8 +122,7 @@ def test_decision_str(decision, text):
 def test_report_explain():
     report = FoldReport(
         mixed_plan(),
-        constant_bytes_before=1024,
-        constant_bytes_after=16,
+        constant_bytes=(1024, 16),
         kernels_compiled=3,
         seconds={"lower": 0.0123, "plan": 0.002, "compile": 0.5},
     )
@@ -153,3 +152,17 @@ def test_planner_logs_decisions_and_summary(caplog):
     assert info == [EXPECTED_LINES[0]]
     # Lazy %-formatting: the record keeps the template and its arguments.
     assert all("%s" in r.msg for r in caplog.records)
+
+
+def test_report_counts_constant_bytes_once_when_first_read():
+    counted = []
+
+    def count():
+        counted.append(True)
+        return (1024, 16)
+
+    report = FoldReport(mixed_plan(), constant_bytes=count)
+    assert counted == []  # a pass nobody asks for its report never counts
+    assert (report.constant_bytes_before, report.constant_bytes_after) == (1024, 16)
+    assert "constants: 1024 bytes before, 16 bytes after" in report.explain()
+    assert counted == [True]

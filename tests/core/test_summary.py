@@ -87,9 +87,7 @@ def test_summary_text_is_grouped_and_verbose_adds_every_call():
 
 
 def test_report_summary_adds_bytes_and_times():
-    report = FoldReport(
-        _plan(), constant_bytes_before=100, constant_bytes_after=40, seconds={"plan": 0.002}
-    )
+    report = FoldReport(_plan(), constant_bytes=(100, 40), seconds={"plan": 0.002})
     assert report.to_dict()["constant_bytes"] == {"before": 100, "after": 40}
     text = report.summary()
     assert (
