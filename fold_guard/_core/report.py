@@ -26,15 +26,16 @@ class FoldReport:
     """The plan that was applied plus measurements of applying it.
 
     ``constant_bytes_before`` / ``constant_bytes_after`` are the bytes of all tensor constants in
-    the module's functions before and after the pass, counted when first read (``constant_bytes``
-    is the pair or the function that counts it: counting visits every constant of both modules,
-    11-12 ms of a 270-340 ms warm fold of ViT-S, and a pass run inside a pipeline never reads
-    them; until they are read the report keeps both modules alive);
-    ``seconds`` maps each step (for Relax: lower,
-    legalize, plan, compile, evaluate, rewrite) to its wall time; ``kernels_compiled`` counts the distinct kernels
-    built for the single batched evaluation and ``kernels_cached`` those loaded from the persistent
-    kernel cache instead (Relax); ``evaluation_runs`` counts the interpreter runs
-    that evaluated the folded calls (Relay, whose TE compiler does not report its kernels).
+    the module's functions before and after the pass, counted when first read: ``constant_bytes``
+    is the pair or the function that counts it, because counting visits every constant of both
+    modules (11-12 ms of a 270-340 ms warm fold of ViT-S) and a pass run inside a pipeline never
+    reads them; until they are read the report keeps both modules alive.
+
+    ``seconds`` maps each step (for Relax: lower, legalize, plan, compile, evaluate, rewrite) to
+    its wall time; ``kernels_compiled`` counts the distinct kernels built for the single batched
+    evaluation and ``kernels_cached`` those loaded from the persistent kernel cache instead
+    (Relax); ``evaluation_runs`` counts the interpreter runs that evaluated the folded calls
+    (Relay, whose TE compiler does not report its kernels).
     """
 
     plan: FoldPlan
