@@ -122,7 +122,8 @@ def main() -> None:
     unfolded = onnx_models.run_relay(fq2i, feed)[0]
     folded = onnx_models.run_relay(result.mod, feed)[0]
     reference = onnx_models.run_onnxruntime(model, feed)[0]
-    atol = onnx_models.output_atol(model)
+    # The FQ2I module computes in integers, which round differently from the float reference.
+    atol = onnx_models.output_atol(model, onnx_models.INTEGER_TOLERANCE_STEPS)
     error = float(np.max(np.abs(folded - reference)))
     identical = "identical" if np.array_equal(folded, unfolded) else "DIFFERENT"
     print(f"fold_guard's module vs the unfolded module: {identical}")

@@ -112,7 +112,8 @@ def main() -> None:
     )
     unfolded = onnx_models.run_relay(fq2i, feed)[0]
     reference = onnx_models.run_onnxruntime(model, feed)[0]
-    atol = onnx_models.output_atol(model)
+    # The FQ2I module computes in integers, which round differently from the float reference.
+    atol = onnx_models.output_atol(model, onnx_models.INTEGER_TOLERANCE_STEPS)
     error = float(np.max(np.abs(output - reference)))
     print(
         f"partitioned module vs the unfolded module: {'identical' if np.array_equal(output, unfolded) else 'DIFFERENT'}"

@@ -1,7 +1,7 @@
 """The reference QDQ ONNX model: reproducible, imports with constant Q/DQ, matches onnxruntime."""
 
 import numpy as np
-import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
+import onnx
 import onnxruntime  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
 import pytest
 import tvm
@@ -80,3 +80,23 @@ def test_unfolded_build_matches_onnxruntime(qdq_model, relax_mod):
     feed = onnx_models.sample_input()
     (via_helper,) = onnx_models.run_relax(relax_mod, [feed["input"]])
     np.testing.assert_array_equal(via_helper, vm["main"](tvm.runtime.tensor(feed["input"])).numpy())
+
+
+def _kernels_run(model: onnx.ModelProto, tmp_path, *, fuse_qdq: bool) -> set:
+    path = tmp_path / f"optimized-{fuse_qdq}.onnx"
+    onnx_models.run_onnxruntime(
+        model, onnx_models.sample_input(), fuse_qdq=fuse_qdq, optimized_model_path=str(path)
+    )
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+@pytest.mark.parametrize("activation_type", ["uint8", "int8"])
+def test_the_reference_runs_float_operators_between_real_qdq_pairs(activation_type, tmp_path):
+    # onnxruntime's integer kernels give different results with and without VNNI, so the
+    # reference must not run any of them (see run_onnxruntime).
+    model = onnx_models.make_qdq_cnn(0, activation_type=activation_type)
+    integer_kernels = {"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
+    reference = _kernels_run(model, tmp_path, fuse_qdq=False)
+    assert reference >= {"Conv", "Gemm", "QuantizeLinear", "DequantizeLinear"}
+    assert not any(op.startswith("QLinear") or op.endswith("Integer") for op in reference)
+    assert _kernels_run(model, tmp_path, fuse_qdq=True) & integer_kernels
