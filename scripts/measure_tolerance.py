@@ -49,24 +49,13 @@ def _relax_pipelines(model) -> Iterator[Tuple[str, Runner]]:
 
 
 def _relay_pipelines(model) -> Iterator[Tuple[str, Runner]]:
-    import tvm
     from tvm import relay
-    from tvm.contrib import graph_executor
 
     imported = onnx_models.import_relay(model)
     fq2i = relay.transform.InferType()(relay.transform.FakeQuantizationToInteger()(imported))
     for name, mod in (("relay import", imported), ("relay fq2i", fq2i)):
-        with tvm.transform.PassContext(opt_level=3):
-            lib = relay.build(mod, target=onnx_models.RELAY_TARGET)
-        runner = graph_executor.GraphModule(lib["default"](tvm.cpu()))
-
-        def run(feed: Dict[str, np.ndarray], runner=runner) -> np.ndarray:
-            for key, value in feed.items():
-                runner.set_input(key, value)
-            runner.run()
-            return runner.get_output(0).numpy()
-
-        yield name, run
+        run = onnx_models.build_relay(mod)
+        yield name, lambda feed, run=run: run(feed)[0]
 
 
 def _feeds(model, count: int) -> List[Dict[str, np.ndarray]]:

@@ -30,7 +30,8 @@ constant>, <scale constant>, <zero-point constant>, axis=0)`` and every bias
 ``relax.transform.FoldConstant`` destroys. With ``float_weights=True`` the weights stay fp32 and
 feed ``R.quantize(<fp32 constant>) -> R.dequantize``, the pattern that should fold.
 :func:`import_relay` imports into Relay (on a TVM build that has it) with weights bound as
-constants; :func:`run_relax` and :func:`run_relay` build and run on the host CPU,
+constants; :func:`run_relax` and :func:`run_relay` build and run on the host CPU (:func:`build_relay`
+builds once for many runs),
 :func:`run_onnxruntime` is the reference: onnxruntime without its QDQ fusion, whose integer kernels
 differ from CPU to CPU.
 
@@ -104,6 +105,7 @@ __all__ = [
     "TOKENS_NAME",
     "TOKENS_SHAPE",
     "TOLERANCE_STEPS",
+    "build_relay",
     "float_residual_cnn",
     "float_transformer_block",
     "graph_inputs",
@@ -796,29 +798,39 @@ def import_relay(model: onnx.ModelProto) -> tvm.IRModule:
     return relay.transform.InferType()(mod)
 
 
-def run_relay(
-    mod: tvm.IRModule,
-    inputs: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]],
-    *,
-    opt_level: int = 3,
-) -> List[np.ndarray]:
-    """Build a Relay module for the host CPU and run its ``main`` on the graph executor.
+RelayRunner = Callable[[Union[Mapping[str, np.ndarray], Sequence[np.ndarray]]], List[np.ndarray]]
+
+
+def _relay_feed(
+    mod: tvm.IRModule, inputs: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]]
+) -> Dict[str, np.ndarray]:
+    """``inputs`` by parameter name of ``mod["main"]``."""
+    if isinstance(inputs, Mapping):
+        return dict(inputs)
+    names = [param.name_hint for param in mod["main"].params]
+    if len(names) != len(inputs):
+        raise ValueError(f"main takes {len(names)} inputs {names}, got {len(inputs)}")
+    return dict(zip(names, inputs))
+
+
+def build_relay(mod: tvm.IRModule, *, opt_level: int = 3) -> RelayRunner:
+    """Build a Relay module once for the host CPU; the result runs its ``main`` per call.
 
     Parameters
     ----------
     mod : tvm.IRModule
         A Relay module whose ``main`` takes tensors (QNN ops are fine: ``relay.build`` lowers
         them).
-    inputs : mapping of str to numpy.ndarray, or sequence of numpy.ndarray
-        The arguments of ``main``, by parameter name or in parameter order.
     opt_level : int, optional
         ``PassContext`` opt level of the build; 3 (the default) is the usual deployment
         pipeline. QNN ops need at least 1.
 
     Returns
     -------
-    list of numpy.ndarray
-        The outputs of ``main``; a tuple result is flattened in order.
+    callable
+        Takes the arguments of ``main``, as a mapping by parameter name or a sequence in
+        parameter order, runs the graph executor and returns the outputs of ``main`` as a list
+        of numpy arrays (a tuple result flattened in order).
 
     Notes
     -----
@@ -829,20 +841,44 @@ def run_relay(
     from tvm import relay
     from tvm.contrib import graph_executor
 
-    if isinstance(inputs, Mapping):
-        feed = dict(inputs)
-    else:
-        names = [param.name_hint for param in mod["main"].params]
-        if len(names) != len(inputs):
-            raise ValueError(f"main takes {len(names)} inputs {names}, got {len(inputs)}")
-        feed = dict(zip(names, inputs))
     with tvm.transform.PassContext(opt_level=opt_level):
         lib = relay.build(mod, target=RELAY_TARGET)
     runner = graph_executor.GraphModule(lib["default"](tvm.cpu()))
-    for name, value in feed.items():
-        runner.set_input(name, np.ascontiguousarray(value))
-    runner.run()
-    return [runner.get_output(i).numpy() for i in range(runner.get_num_outputs())]
+
+    def run(inputs: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]]) -> List[np.ndarray]:
+        for name, value in _relay_feed(mod, inputs).items():
+            runner.set_input(name, np.ascontiguousarray(value))
+        runner.run()
+        return [runner.get_output(i).numpy() for i in range(runner.get_num_outputs())]
+
+    return run
+
+
+def run_relay(
+    mod: tvm.IRModule,
+    inputs: Union[Mapping[str, np.ndarray], Sequence[np.ndarray]],
+    *,
+    opt_level: int = 3,
+) -> List[np.ndarray]:
+    """Build a Relay module for the host CPU and run its ``main`` on the graph executor once.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relay module whose ``main`` takes tensors.
+    inputs : mapping of str to numpy.ndarray, or sequence of numpy.ndarray
+        The arguments of ``main``, by parameter name or in parameter order.
+    opt_level : int, optional
+        ``PassContext`` opt level of the build (see :func:`build_relay`, which also builds once
+        for many runs).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        The outputs of ``main``; a tuple result is flattened in order.
+    """
+    feed = _relay_feed(mod, inputs)  # a wrong argument count fails before the build
+    return build_relay(mod, opt_level=opt_level)(feed)
 
 
 def run_onnxruntime(

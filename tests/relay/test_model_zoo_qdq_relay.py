@@ -28,7 +28,6 @@ import tvm
 from _common import onnx_models
 from relay_ir import op_calls
 from tvm import relay
-from tvm.contrib import graph_executor
 
 #: Model name -> (QDQ builder, float builder).
 MODELS: Dict[str, Tuple[Callable, Callable]] = {
@@ -83,21 +82,6 @@ def is_constant(expr: relay.Expr) -> bool:
     ):
         expr = expr.args[0]
     return isinstance(expr, relay.Constant)
-
-
-def build(mod: tvm.IRModule) -> Callable[[Dict[str, np.ndarray]], np.ndarray]:
-    """Build ``mod`` once as :func:`onnx_models.run_relay` does (opt level 3); run it per feed."""
-    with tvm.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=onnx_models.RELAY_TARGET)
-    runner = graph_executor.GraphModule(lib["default"](tvm.cpu()))
-
-    def run(feed: Dict[str, np.ndarray]) -> np.ndarray:
-        for name, value in feed.items():
-            runner.set_input(name, value)
-        runner.run()
-        return runner.get_output(0).numpy()
-
-    return run
 
 
 def weights_among(signatures: List[Signature], dtype: str) -> List[Tuple[int, ...]]:
@@ -207,10 +191,12 @@ def test_import_and_fq2i_run_like_onnxruntime(name: str) -> None:
     atol = onnx_models.output_atol(model.onnx)
     # FQ2I computes in integers, which round differently from the float reference.
     integer_atol = onnx_models.output_atol(model.onnx, onnx_models.INTEGER_TOLERANCE_STEPS)
-    run_import, run_fq2i = build(model.imported), build(model.fq2i)
+    run_import = onnx_models.build_relay(model.imported)
+    run_fq2i = onnx_models.build_relay(model.fq2i)
     for seed in (1, 2, 3):
         feed = onnx_models.input_feed(model.onnx, seed)
-        from_import, from_fq2i = run_import(feed), run_fq2i(feed)
+        (from_import,) = run_import(feed)
+        (from_fq2i,) = run_fq2i(feed)
         (expected,) = onnx_models.run_onnxruntime(model.onnx, feed)
         assert from_import.shape == from_fq2i.shape == expected.shape
         np.testing.assert_allclose(from_import, expected, rtol=0, atol=atol)
