@@ -16,6 +16,17 @@ creation op such as ``zeros(shape)``) gets a placement with ``operand=None``: a 
 *result* would not do (the operand of a barrier folds), so the adapter rewrites the call into an
 equivalent one with a scalar operand to guard (``full(shape, fold_barrier(0))``), or, where the
 IR has none, reports it in :attr:`Annotated.uncarried`.
+
+**The parameter path.** Where weights are function parameters, what evaluates weight-only work
+ahead of run time is the IR's parameter lifting (Relax ``LiftTransformParams``), not a fold, and
+it knows one stop: an identity op it never lifts (Relax ``stop_lift_params``, which it removes
+from the function it leaves at run time). A call the policy keeps on that path gets the barrier
+*with the stop under it*: ``dequantize(fold_barrier(stop_lift_params(w)))``. The stop keeps the
+barrier and its consumers at run time; the lifting then removes the stop and leaves
+``dequantize(fold_barrier(w))`` with ``w`` the lifted (or passed-through) integer weight. A
+barrier already in the module whose operand is computed from weight parameters gets the same
+stop under it (``stops_lift`` on a placement at that barrier), so a hand-placed barrier holds
+through the lifting too.
 """
 
 from __future__ import annotations
@@ -24,8 +35,9 @@ from dataclasses import dataclass
 from typing import Generic, List, Optional, Tuple
 
 from .errors import PlanInvariantError
-from .graph import Annotation, InputKind, ModuleT, NodeInput
-from .planner import DEFAULT_RULE, FoldPlan
+from .graph import Annotation, FoldNode, InputKind, ModuleT, NodeInput
+from .op_names import LIFT_STOP_OPS
+from .planner import BARRIER_RULE, DEFAULT_RULE, FoldPlan
 from .reasons import Action, Reason
 
 __all__ = ["Annotated", "Placement", "allow_roots", "placements"]
@@ -79,7 +91,9 @@ class Placement:
     """One annotation a helper placed.
 
     ``fold_allow`` wraps the result of node ``node``; ``fold_barrier`` wraps that node's input
-    number ``operand``. ``rule`` is the policy rule the annotation stands for.
+    number ``operand``. ``rule`` is the policy rule the annotation stands for. ``stops_lift``
+    puts the IR's lift stop under the barrier (the parameter path, see the module doc); with
+    ``existing_barrier`` the node is a barrier already in the module and only the stop is new.
     """
 
     annotation: Annotation
@@ -90,11 +104,24 @@ class Placement:
     rule: str
     operand: Optional[int] = None  # None on a barrier: the call has no operand (see the module doc)
     operand_label: str = ""  # with its type, e.g. ``const: int8[8, 3, 3, 3]``
+    stops_lift: bool = False
+    existing_barrier: bool = False
 
     def __str__(self) -> str:
         where = f"{self.function}: " if self.function else ""
         if self.annotation is Annotation.ALLOW:
             return f"{where}fold_allow around {self.label} = {self.op} [{self.rule}]"
+        if self.existing_barrier:
+            return (
+                f"{where}stop_lift_params under the barrier {self.label} (its operand "
+                f"{self.operand_label} is computed from weight parameters) [{self.rule}]"
+            )
+        if self.stops_lift:
+            return (
+                f"{where}fold_barrier over stop_lift_params on {self.operand_label} (input "
+                f"{self.operand} of {self.label} = {self.op}; computed from weight parameters) "
+                f"[{self.rule}]"
+            )
         if self.operand is None:
             return (
                 f"{where}fold_barrier on the fill value of {self.label} = {self.op} "
@@ -123,7 +150,15 @@ class Annotated(Generic[ModuleT]):
 
     @property
     def barriers(self) -> Tuple[Placement, ...]:
-        return tuple(p for p in self.placed if p.annotation is Annotation.BARRIER)
+        """The barriers placed (not the stops added under barriers already in the module)."""
+        return tuple(
+            p for p in self.placed if p.annotation is Annotation.BARRIER and not p.existing_barrier
+        )
+
+    @property
+    def lift_stops(self) -> Tuple[Placement, ...]:
+        """Every ``stop_lift_params`` placed: under new barriers and under existing ones."""
+        return tuple(p for p in self.placed if p.stops_lift)
 
     def explain(self) -> str:
         """One line per placed annotation, after a count."""
@@ -131,6 +166,8 @@ class Annotated(Generic[ModuleT]):
             f"annotated for policy {self.policy_name!r}: {len(self.allows)} fold_allow, "
             f"{len(self.barriers)} fold_barrier"
         )
+        if self.lift_stops:
+            head += f", {len(self.lift_stops)} stop_lift_params (weights as parameters)"
         lines = [head] + [
             f"  {placement}" for placement in self.placed if placement not in self.uncarried
         ]
@@ -145,8 +182,11 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
 
     Allows go on :func:`allow_roots`; a barrier goes on the first operand of every call that
     ``policy_plan`` keeps by a rule of its own while all its inputs are constant there and the
-    IR's default would fold it. Sorted by node; a node may get both (an allow root whose result
-    is the operand of a kept call is wrapped as ``fold_barrier(fold_allow(x))``).
+    IR's default would fold it. On the parameter path (module doc) the same goes for a call kept
+    while its inputs are known before run time and the IR's lifting would lift it: its barrier
+    ``stops_lift``, and so does every barrier already in the module over a lifted operand.
+    Sorted by node; a node may get both (an allow root whose result is the operand of a kept
+    call is wrapped as ``fold_barrier(fold_allow(x))``).
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput, TensorInfo
     >>> from fold_guard._core.planner import plan_folds
@@ -157,6 +197,10 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
     >>> g = FoldGraph((dq,))
     >>> [str(p) for p in placements(plan_folds(g, KEEP_QDQ_WEIGHTS_POLICY), plan_folds(g, DEFAULT_POLICY))]
     ['main: fold_barrier on w: int8[4] (input 0 of dq = relax.dequantize) [keep-dequantize-of-integer-constant]']
+    >>> p = NodeInput(InputKind.PARAMETER, "w", i8)
+    >>> g = FoldGraph((FoldNode(0, "relax.dequantize", "dq", "main", (p,), (f32,)),))
+    >>> [p.stops_lift for p in placements(plan_folds(g, KEEP_QDQ_WEIGHTS_POLICY), plan_folds(g, DEFAULT_POLICY))]
+    [True]
     """
     graph = policy_plan.graph
     placed: List[Placement] = []
@@ -166,16 +210,39 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
             Placement(Annotation.ALLOW, node_id, node.function, node.label, node.op, decision.rule)
         )
     for node, decision in zip(graph.nodes, policy_plan.decisions):
+        if node.annotation is Annotation.BARRIER:
+            if _operand_is_lifted(policy_plan, node):
+                placed.append(
+                    Placement(
+                        Annotation.BARRIER,
+                        node.id,
+                        node.function,
+                        node.label,
+                        node.op,
+                        BARRIER_RULE,
+                        operand=0,
+                        operand_label=_typed_label(node.inputs[0]),
+                        stops_lift=True,
+                        existing_barrier=True,
+                    )
+                )
+            continue
         kept_by_own_rule = (
             decision.action is Action.KEEP
             and decision.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET)
             and decision.rule != DEFAULT_RULE
         )
-        inputs_constant = policy_plan.has_constant_inputs(node.id)
-        # Not default_plan.folds(node): an allow placed upstream can make the inputs constant
-        # only in the annotated module, and the default must not fold the call there either.
-        default_would_fold = node.default_fold and node.unfoldable is None
-        if kept_by_own_rule and inputs_constant and default_would_fold:
+        if not kept_by_own_rule:
+            continue
+        if policy_plan.has_constant_inputs(node.id):
+            # Not default_plan.folds(node): an allow placed upstream can make the inputs constant
+            # only in the annotated module, and the default must not fold the call there either.
+            stops_lift, default_would_act = False, node.default_fold and node.unfoldable is None
+        elif policy_plan.has_inputs_before_run_time(node.id):
+            stops_lift, default_would_act = True, not node.lift_rule
+        else:
+            continue
+        if default_would_act:
             placed.append(
                 Placement(
                     Annotation.BARRIER,
@@ -186,6 +253,7 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
                     decision.rule,
                     operand=0 if node.inputs else None,
                     operand_label=_typed_label(node.inputs[0]) if node.inputs else "",
+                    stops_lift=stops_lift,
                 )
             )
 
@@ -193,6 +261,23 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
         return placement.node, placement.annotation is Annotation.BARRIER
 
     return tuple(sorted(placed, key=in_node_order))
+
+
+def _operand_is_lifted(plan: FoldPlan, barrier: FoldNode) -> bool:
+    """Whether ``barrier``'s operand is a weight parameter or a call the plan lifts.
+
+    Such an operand would be lifted together with the barrier and everything that reads it,
+    unless it is already the IR's lift stop.
+    """
+    if not barrier.inputs:
+        return False
+    operand = barrier.inputs[0]
+    if operand.kind is InputKind.PARAMETER:
+        return True
+    if operand.kind is not InputKind.NODE:
+        return False
+    source = plan.graph.nodes[operand.source]
+    return source.op not in LIFT_STOP_OPS and plan.lifts(source.id)
 
 
 def _typed_label(inp: NodeInput) -> str:

@@ -98,7 +98,11 @@ class InputKind(Enum):
 
     CONSTANT = "constant"  # a literal constant, or a static value such as a shape
     NODE = "node"  # the output of another node in the graph
-    RUNTIME = "runtime"  # a parameter, or anything the adapter cannot see as constant
+    RUNTIME = "runtime"  # a run-time input, or anything the adapter cannot see as constant
+    #: a weight passed as a function parameter (Relax: at or after the function's ``num_input``):
+    #: known before run time, but not to this pass; ``LiftTransformParams`` computes what depends
+    #: only on such parameters and constants ahead of run time
+    PARAMETER = "parameter"
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,10 @@ class FoldNode:
     inputs (``Reason.IMPURE``, ``Reason.UNSUPPORTED``, ``Reason.DYNAMIC_SHAPE``), with
     ``unfoldable_detail`` saying why. ``default_fold`` says whether the IR's stock pass folds this
     call when all its inputs are constant; ``default_rule`` names the stock rule that keeps it
-    otherwise (for example ``"relax: ops fold only inside dataflow blocks"``). ``lowered`` marks a
+    otherwise (for example ``"relax: ops fold only inside dataflow blocks"``). ``lift_rule`` is
+    the same for the parameter path: empty when the IR's stock parameter lifting
+    (``LiftTransformParams``) lifts this call once its inputs are known before run time, else the
+    stock rule that keeps it at run time (outside a dataflow block, ``stop_lift_params``). ``lowered`` marks a
     call that is already a compiled-kernel call (Relax ``call_tir``, as after ``LegalizeOps``):
     its ``op`` no longer says what it computes. ``type_source`` names the node whose static
     *type* alone gives this node's value (Relay ``shape_of`` of a statically shaped operand): the
@@ -167,6 +174,7 @@ class FoldNode:
     unfoldable_detail: str = ""
     default_fold: bool = True
     default_rule: str = ""
+    lift_rule: str = ""
     lowered: bool = False
     type_source: Optional[int] = None
 
@@ -225,15 +233,20 @@ class FoldGraph:
         object.__setattr__(self, "_consumers", consumers)  # frozen; eq and hash ignore it
         return MappingProxyType(consumers)
 
-    def reachable_from_constants(self, *, through_barriers: bool) -> FrozenSet[int]:
+    def reachable_from_constants(
+        self, *, through_barriers: bool, with_parameters: bool = False
+    ) -> FrozenSet[int]:
         """The nodes that compute from constants only: see :func:`reachable_from_constants`.
 
         ``through_barriers=False`` is the planner's view (a barrier's output is never constant);
         ``True`` looks through barriers, for questions about where constant data flows (a
-        barrier over a weight still carries a weight).
+        barrier over a weight still carries a weight). ``with_parameters`` counts weights passed
+        as parameters (``InputKind.PARAMETER``) as constant data too.
         """
         nodes = [(node.inputs, node.annotation) for node in self.nodes]
-        return reachable_from_constants(nodes, through_barriers=through_barriers)
+        return reachable_from_constants(
+            nodes, through_barriers=through_barriers, with_parameters=with_parameters
+        )
 
 
 def reachable_from_constants(
@@ -241,6 +254,7 @@ def reachable_from_constants(
     *,
     through_barriers: bool,
     opaque: AbstractSet[int] = frozenset(),
+    with_parameters: bool = False,
 ) -> FrozenSet[int]:
     """Ids of the nodes whose every input is a literal constant or the output of such a node.
 
@@ -250,7 +264,8 @@ def reachable_from_constants(
     the output of a node in ``opaque`` (an adapter's: a call it can never evaluate). A node whose
     output is not constant is still in the result when its inputs are. This is the one definition
     of "computes from constants"; whether a node *folds* is the planner's (a node can compute from
-    constants and still be kept).
+    constants and still be kept). ``with_parameters`` counts a weight passed as a parameter
+    (``InputKind.PARAMETER``) as a constant: "computes from weights", known before run time.
 
     >>> t = TensorInfo.of("float32", (2,))
     >>> c, x = NodeInput(InputKind.CONSTANT, "c", t), NodeInput(InputKind.RUNTIME, "x", t)
@@ -268,10 +283,13 @@ def reachable_from_constants(
             for node_id, (_, annotation) in enumerate(nodes)
             if annotation is Annotation.BARRIER
         }
+    leaf_kinds = (
+        (InputKind.CONSTANT, InputKind.PARAMETER) if with_parameters else (InputKind.CONSTANT,)
+    )
     found: Set[int] = set()
     for node_id, (node_inputs, _) in enumerate(nodes):
         if all(
-            inp.kind is InputKind.CONSTANT
+            inp.kind in leaf_kinds
             or (inp.kind is InputKind.NODE and inp.source in found and inp.source not in blocked)
             for inp in node_inputs
         ):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import FrozenSet, Tuple
 
-__all__ = ["OP_TABLES", "RELAX_OP_NAMES", "RELAY_OP_NAMES", "IROpNames"]
+__all__ = ["LIFT_STOP_OPS", "OP_TABLES", "RELAX_OP_NAMES", "RELAY_OP_NAMES", "IROpNames"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class IROpNames:
     ``quantized_prefix`` marks the IR's quantized op family (Relay's ``qnn.``; Relax has none:
     its quantized models are ``quantize`` / ``dequantize`` around float ops). ``bias_add`` ops
     take the bias as a later operand; ``add`` ops add a bias when their other operand comes from
-    a weight op.
+    a weight op. ``lift_stop`` is the identity op the IR's parameter lifting never lifts (Relax
+    ``stop_lift_params``; Relay has no parameter lifting).
     """
 
     ir: str
@@ -35,6 +36,7 @@ class IROpNames:
     bias_add: FrozenSet[str]
     add: FrozenSet[str]
     quantized_prefix: str = ""
+    lift_stop: FrozenSet[str] = frozenset()
 
     def is_quantized_op(self, op: str) -> bool:
         """Whether ``op`` belongs to the IR's quantized op family (quantize and dequantize included)."""
@@ -58,6 +60,7 @@ RELAX_OP_NAMES = IROpNames(
     ),
     bias_add=frozenset(),
     add=frozenset({"relax.add"}),
+    lift_stop=frozenset({"relax.builtin.stop_lift_params"}),
 )
 
 RELAY_OP_NAMES = IROpNames(
@@ -92,3 +95,5 @@ RELAY_OP_NAMES = IROpNames(
 
 #: Every adapter's table; the built-in policies read their union.
 OP_TABLES: Tuple[IROpNames, ...] = (RELAX_OP_NAMES, RELAY_OP_NAMES)
+#: The ops every IR's parameter lifting leaves at run time (see :attr:`IROpNames.lift_stop`).
+LIFT_STOP_OPS: FrozenSet[str] = frozenset(name for table in OP_TABLES for name in table.lift_stop)

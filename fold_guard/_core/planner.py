@@ -17,6 +17,15 @@ default. In one forward pass over the topologically ordered nodes:
 
 An allow node whose operand is constant folds (the annotation disappears). The planner never
 mutates anything: it returns a frozen :class:`FoldPlan`.
+
+**The parameter path.** A weight passed as a function parameter (``InputKind.PARAMETER``) is
+known before run time, but not to this pass: a node that computes from such weights (and
+constants) cannot fold here, and the IR's parameter lifting (Relax ``LiftTransformParams``) is
+what evaluates it ahead of run time. The same precedence decides it, with *lift* in the place of
+*fold*: a barrier keeps it, a policy rule's fold means lift and its keep means stay at run time,
+and the default is the IR's stock lifting (``FoldNode.lift_rule`` names the stock rule that
+keeps a call at run time whatever its inputs, like ``unfoldable`` does for folding). A lifted
+value is known before run time to its consumers, so they are on the parameter path too.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, Mapping, Optional, Set, Tuple
 
 from .errors import ConflictingAnnotationsError, FoldNotPossibleError, PreconditionError
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
@@ -98,8 +107,16 @@ class FoldPlan:
     def kept(self) -> Tuple[FoldDecision, ...]:
         return tuple(d for d in self.decisions if d.action is Action.KEEP)
 
+    @property
+    def lifted(self) -> Tuple[FoldDecision, ...]:
+        """The calls computed ahead of run time from weight parameters (see the module doc)."""
+        return tuple(d for d in self.decisions if d.action is Action.LIFT)
+
     def folds(self, node_id: int) -> bool:
         return self.decisions[node_id].action is Action.FOLD
+
+    def lifts(self, node_id: int) -> bool:
+        return self.decisions[node_id].action is Action.LIFT
 
     def has_constant_inputs(self, node_id: int) -> bool:
         """Whether every input of the node is a literal constant or a node this plan folds.
@@ -111,6 +128,18 @@ class FoldPlan:
         return all(
             inp.kind is InputKind.CONSTANT
             or (inp.kind is InputKind.NODE and self.folds(inp.source))
+            for inp in self.graph.nodes[node_id].inputs
+        )
+
+    def has_inputs_before_run_time(self, node_id: int) -> bool:
+        """Whether every input is known before run time under this plan.
+
+        That is, a constant, a weight parameter, or a node this plan folds or lifts: the node is
+        on the constant path or on the parameter path, and not downstream of anything kept.
+        """
+        return all(
+            inp.kind in (InputKind.CONSTANT, InputKind.PARAMETER)
+            or (inp.kind is InputKind.NODE and self.decisions[inp.source].action is not Action.KEEP)
             for inp in self.graph.nodes[node_id].inputs
         )
 
@@ -147,6 +176,8 @@ class _Value:
 
     ``origin`` is where the cause starts (a run-time input, a barrier, a kept or unevaluable
     call) and ``detail`` what went wrong there, so a ``fold_allow`` far downstream can say why.
+    ``lifted`` marks a value that is not constant here but known before run time (the
+    parameter path); its consumers are not blocked by it.
     """
 
     constant: bool
@@ -155,6 +186,14 @@ class _Value:
     origin: str = ""
     detail: str = ""
     root: Optional[int] = None
+    lifted: bool = False
+
+    @property
+    def before_run_time(self) -> bool:
+        return self.constant or self.lifted
+
+
+_LIFTED = _Value(False, Reason.LIFTED, lifted=True)
 
 
 def plan_folds(
@@ -252,11 +291,27 @@ def _decide(
         )
         return decision, _Value(True)
 
+    def lift(rule: str, detail: str = "") -> Tuple[FoldDecision, _Value]:
+        decision = FoldDecision(
+            node.id, node.label, node.op, Action.LIFT, Reason.LIFTED, rule, detail
+        )
+        return decision, _LIFTED
+
     if node.annotation is Annotation.BARRIER:
-        inner = _first_non_constant(node, values)
         detail = "the barrier stays; nothing that consumes it folds"
-        if inner is None:
-            detail = "operand is constant; " + detail
+        if _first_non_constant(node, values) is None:
+            constant = all(
+                inp.kind is InputKind.CONSTANT
+                or (inp.kind is InputKind.NODE and values[inp.source].constant)
+                for inp in node.inputs
+            )
+            if constant:
+                detail = "operand is constant; " + detail
+            else:
+                detail = (
+                    "operand is computed from weight parameters; the barrier stays; nothing that "
+                    "consumes it folds or is lifted"
+                )
         return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, detail)
 
     blocker = _first_non_constant(node, values)
@@ -310,6 +365,12 @@ def _decide(
         # Before the allow: the budget outranks it. Decided from the types, before anything is
         # allocated; an allow node itself allocates nothing (it is its operand's value).
         return keep(Reason.OVER_BUDGET, BUDGET_RULE, over)
+    if any(
+        inp.kind is InputKind.PARAMETER
+        or (inp.kind is InputKind.NODE and values[inp.source].lifted)
+        for inp in node.inputs
+    ):
+        return _decide_lift(node, graph, policy, allowed, uses, keep, lift)
     if node.id in failures:
         return keep(Reason.EVAL_FAILED, "", failures[node.id])
     if node.annotation is Annotation.ALLOW:
@@ -332,6 +393,40 @@ def _decide(
     return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.default_rule)
 
 
+_Decide = Callable[..., Tuple[FoldDecision, _Value]]
+
+
+def _decide_lift(
+    node: FoldNode,
+    graph: FoldGraph,
+    policy: FoldPolicy,
+    allowed: Set[int],
+    uses: GraphUses,
+    keep: _Decide,
+    lift: _Decide,
+) -> Tuple[FoldDecision, _Value]:
+    """The parameter path (module doc): the fold path's precedence, with lift in place of fold.
+
+    The stock lifting rule comes first, as ``unfoldable`` does for folding: neither a policy nor
+    an allow can make the IR's lifting pass move a call it never moves.
+    """
+    if node.lift_rule:
+        return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.lift_rule)
+    if node.annotation is Annotation.ALLOW:
+        return lift(ALLOW_RULE, "operand is computed from weight parameters")
+    if node.id in allowed:
+        return lift(ALLOW_RULE, "inside a fold_allow subgraph")
+    if node.lowered and policy.reads_ops:
+        raise _lowered_call_error(node, policy)
+    verdict = policy.decide(CallView(node, graph, uses))
+    if verdict is not None:
+        action, rule = verdict
+        if action is Action.FOLD:
+            return lift(rule.name, rule.description)
+        return keep(Reason.KEPT_BY_POLICY, rule.name, rule.description)
+    return lift(DEFAULT_RULE)
+
+
 def _over_budget(node: FoldNode, max_fold_bytes: Optional[int]) -> str:
     """Why ``node``'s results exceed the budget ("" when they do not, or there is none)."""
     if max_fold_bytes is None or node.annotation is not Annotation.NONE:
@@ -352,7 +447,10 @@ _CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2, Reason.OVER_
 def _first_non_constant(
     node: FoldNode, values: Mapping[int, _Value]
 ) -> Optional[Tuple[str, _Value]]:
-    """The strongest non-constant input, independent of argument order.
+    """The strongest input not known before run time, independent of argument order.
+
+    A weight parameter and a lifted value are known before run time: they put the node on the
+    parameter path, they do not block it.
 
     A run-time input (or one that could not fold for any reason other than a keep) ranks first,
     then a barrier, then a policy keep; ties go to the earliest argument.
@@ -361,7 +459,7 @@ def _first_non_constant(
     for inp in node.inputs:
         if inp.kind is InputKind.RUNTIME:
             return inp.label, _RUNTIME
-        if inp.kind is InputKind.NODE and not values[inp.source].constant:
+        if inp.kind is InputKind.NODE and not values[inp.source].before_run_time:
             value = values[inp.source]
             rank = _CAUSE_RANK.get(value.reason, 0)
             if rank == 0:

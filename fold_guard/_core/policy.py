@@ -70,6 +70,10 @@ DEFAULT_MIN_RESULT_BYTES = 4096
 class CallView:
     """What a policy rule sees of one constant call: op, attributes, inputs, outputs, uses.
 
+    "Constant" includes weights passed as parameters (Relax ``num_input``): a rule decides the
+    same whether a weight is a constant (its verdict is a fold or a keep) or a parameter (a
+    lift ahead of run time or a keep); :attr:`reads_parameters` tells the two apart.
+
     ``uses`` is shared by every view of one plan, so graph-wide facts (consumers, which values
     feed only weights) are computed once per graph, not once per call.
 
@@ -133,6 +137,14 @@ class CallView:
         inputs = self.node.inputs
         return index < len(inputs) and inputs[index].kind is InputKind.CONSTANT
 
+    @property
+    def reads_parameters(self) -> bool:
+        """True when the call computes from a weight passed as a parameter (directly or not).
+
+        Such a call cannot fold in this pass; the rule's "fold" means "lift ahead of run time".
+        """
+        return self.node.id in self.uses.reads_parameters
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -156,7 +168,7 @@ class Rule:
         # silently act as a keep, and the report would blame the policy for it.
         if not isinstance(self.name, str) or not self.name:
             raise PreconditionError(f"a Rule needs a non-empty string name, got {self.name!r}")
-        if not isinstance(self.action, Action):
+        if self.action not in (Action.FOLD, Action.KEEP):
             raise PreconditionError(
                 f"rule {self.name!r}: action must be Action.FOLD or Action.KEEP, got "
                 f"{type(self.action).__name__} {self.action!r}; hint: from fold_guard import Action"

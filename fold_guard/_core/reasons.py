@@ -8,16 +8,27 @@ __all__ = ["Action", "Reason"]
 
 
 class Action(Enum):
-    """What happens to a call: it becomes a constant, or it stays in the IR."""
+    """What happens to a call: it becomes a constant, it stays in the IR, or it is lifted.
+
+    ``LIFT`` is the parameter path's fold: the call computes from weights passed as parameters
+    (and constants), so this pass cannot evaluate it, but the IR's parameter lifting
+    (Relax ``LiftTransformParams``) moves it ahead of run time. It stays in the IR until then.
+    """
 
     FOLD = "fold"
     KEEP = "keep"
+    LIFT = "lift"
 
 
 class Reason(Enum):
-    """Why a call was folded or kept. ``FOLDED`` is the only reason that goes with ``Action.FOLD``."""
+    """Why a call was folded, kept or lifted.
+
+    ``FOLDED`` is the only reason that goes with ``Action.FOLD``, ``LIFTED`` the only one with
+    ``Action.LIFT``.
+    """
 
     FOLDED = "folded"
+    LIFTED = "lifted ahead of run time"
     KEPT_BY_BARRIER = "kept by barrier"
     KEPT_BY_POLICY = "kept by policy"
     OVER_BUDGET = "over budget"

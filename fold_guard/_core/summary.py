@@ -103,6 +103,7 @@ class RuleRecord(TypedDict):
     rule: str
     folded: int
     kept: int
+    lifted: int
     kept_with_input: int
     calls: List[str]
 
@@ -268,7 +269,14 @@ def _rules(plan: FoldPlan, layer_of: Sequence[Optional[str]]) -> List[RuleRecord
             continue
         entry = rules.setdefault(
             decision.rule,
-            {"rule": decision.rule, "folded": 0, "kept": 0, "kept_with_input": 0, "calls": []},
+            {
+                "rule": decision.rule,
+                "folded": 0,
+                "kept": 0,
+                "lifted": 0,
+                "kept_with_input": 0,
+                "calls": [],
+            },
         )
         if decision.reason is Reason.KEPT_WITH_INPUT or (
             decision.reason is Reason.KEPT_BY_BARRIER and decision.root is not None
@@ -278,6 +286,8 @@ def _rules(plan: FoldPlan, layer_of: Sequence[Optional[str]]) -> List[RuleRecord
             continue
         if decision.action is Action.FOLD:
             entry["folded"] += 1
+        elif decision.action is Action.LIFT:
+            entry["lifted"] += 1
         else:
             entry["kept"] += 1
         entry["calls"].append(layer_of[decision.node] or decision.label)
@@ -320,9 +330,15 @@ def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: boo
     summary = cast(Summary, report)
     counts = summary["counts"]
     calls = summary["calls"]
+    lifted = counts["by_action"].get("lift", 0)
     lines = [
         f"policy {summary['policy']!r}: {calls} call{'' if calls == 1 else 's'}, "
         f"{counts['by_action']['fold']} folded, {counts['by_action']['keep']} kept"
+        + (
+            f", {lifted} lifted ahead of run time (computed from weight parameters)"
+            if lifted
+            else ""
+        )
     ]
     texts = {reason.name.lower(): reason.text for reason in Reason}
     lines.append(
@@ -342,7 +358,11 @@ def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: boo
             own = (
                 ", ".join(
                     f"{verb} {n}"
-                    for verb, n in (("folded", rule["folded"]), ("kept", rule["kept"]))
+                    for verb, n in (
+                        ("folded", rule["folded"]),
+                        ("kept", rule["kept"]),
+                        ("lifted", rule["lifted"]),
+                    )
                     if n
                 )
                 or "none itself"

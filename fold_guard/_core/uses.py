@@ -21,7 +21,7 @@ a constant that feeds a weight and is also returned still feeds only weights.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Dict, FrozenSet, Mapping, Tuple
+from typing import Dict, FrozenSet, Mapping, Set, Tuple
 
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
 from .op_names import OP_TABLES
@@ -72,12 +72,27 @@ class GraphUses:
 
     @cached_property
     def computes_from_constants(self) -> FrozenSet[int]:
-        """Nodes whose every input is a literal constant or such a node, looking through barriers.
+        """Nodes whose every input is a literal constant, a weight parameter or such a node.
 
         Through barriers, unlike the planner: a barrier stops folding, not the flow of constant
-        data, and a barrier over a weight still carries a weight.
+        data, and a barrier over a weight still carries a weight. A weight passed as a parameter
+        (``InputKind.PARAMETER``) is a weight too, so ``weights-only`` decides the same on the
+        parameter path as on constants.
         """
-        return self.graph.reachable_from_constants(through_barriers=True)
+        return self.graph.reachable_from_constants(through_barriers=True, with_parameters=True)
+
+    @cached_property
+    def reads_parameters(self) -> FrozenSet[int]:
+        """Nodes that read a weight parameter (``InputKind.PARAMETER``), directly or through nodes."""
+        found: Set[int] = set()
+        for node in self.graph.nodes:
+            if any(
+                inp.kind is InputKind.PARAMETER
+                or (inp.kind is InputKind.NODE and inp.source in found)
+                for inp in node.inputs
+            ):
+                found.add(node.id)
+        return frozenset(found)
 
     @cached_property
     def weight_feeders(self) -> FrozenSet[int]:

@@ -107,12 +107,16 @@ class _Annotator(PyExprMutator):
                 continue
             if placement.operand is None:
                 value = self._guard_creation(binding.var, value, placement)
-            else:
-                operand = self.sites[placement.node].leaves[placement.operand]
+                continue
+            operand = self.sites[placement.node].leaves[placement.operand]
+            guarded = self.visit_expr(operand)
+            if placement.stops_lift:
                 guarded = self.builder_.emit(
-                    fold_barrier(self.visit_expr(operand)), f"{binding.var.name}_operand"
+                    relax.op.builtin.stop_lift_params(guarded), f"{binding.var.name}_weight"
                 )
-                value = _replace_argument(value, operand, guarded)
+            if not placement.existing_barrier:
+                guarded = self.builder_.emit(fold_barrier(guarded), f"{binding.var.name}_operand")
+            value = _replace_argument(value, operand, guarded)
         if any(p.annotation is Annotation.ALLOW for p in self.placed[binding.var]):
             value = fold_allow(self.builder_.emit(value, f"{binding.var.name}_value"))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))

@@ -37,7 +37,15 @@ from .._core.graph import (
 from .._core.reasons import Reason
 from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
-from ._stock import CALL_TIR_OP, TENSOR_TO_SHAPE_OP, default_decision, not_legalized_rule
+from ._stock import (
+    CALL_TIR_OP,
+    TENSOR_TO_SHAPE_OP,
+    default_decision,
+    lift_rule,
+    not_legalized_rule,
+    weight_dims,
+    weight_parameter_start,
+)
 
 if TYPE_CHECKING:
     from ._kernels import KernelSet
@@ -116,6 +124,7 @@ class _Facts:
     unfoldable_detail: str
     default_fold: bool
     default_rule: str
+    lift_rule: str
 
 
 @dataclass(frozen=True)
@@ -214,6 +223,7 @@ def _node(site: CallSite, facts: _Facts, kernels: KernelSet) -> FoldNode:
         unfoldable_detail=detail,
         default_fold=default_fold,
         default_rule=default_rule,
+        lift_rule=facts.lift_rule,
         lowered=site.kind is SiteKind.CALL_TIR,
     )
 
@@ -243,12 +253,15 @@ def _is_static_shape_var(arg: relax.Expr) -> bool:
 class _Env:
     """What a variable is bound to, as far as folding is concerned."""
 
-    kind: str  # "const" | "node" | "shape" | "opaque"
+    kind: str  # "const" | "node" | "shape" | "weight" (a weight parameter) | "opaque"
     value: object = None
     node: Optional[int] = None
 
 
-_OPAQUE = _Env("opaque")  # parameters, match casts, tuples, anything not a constant or a call
+_OPAQUE = _Env(
+    "opaque"
+)  # run-time parameters, match casts, tuples, anything not a constant or a call
+_WEIGHT = _Env("weight")  # a parameter stock LiftTransformParams lifts from (``num_input`` on)
 #: What each variable in scope is bound to, keyed by the variable's handle (``_compat.handle``;
 #: the module being walked keeps every variable alive)
 _Scope = Dict[int, _Env]
@@ -275,8 +288,14 @@ def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Wal
             f"function {name}: body is a {type(func.body).__name__}, not a SeqExpr; "
             "hint: run relax.transform.Normalize() first"
         )
-    env: _Scope = {_compat.handle(param): _OPAQUE for param in func.params[:]}
-    _lower_seq(mod, name, name, func.body, env, out)
+    params = func.params[:]
+    start = weight_parameter_start(name, func)
+    env: _Scope = {
+        _compat.handle(param): _WEIGHT if start is not None and index >= start else _OPAQUE
+        for index, param in enumerate(params)
+    }
+    dims = weight_dims(func, start) if start is not None else frozenset()
+    _lower_seq(mod, name, name, func.body, env, out, dims)
 
 
 def _lower_seq(
@@ -286,12 +305,14 @@ def _lower_seq(
     seq: relax.SeqExpr,
     env: _Scope,
     out: Walk,
+    dims: FrozenSet[int] = frozenset(),
 ) -> None:
     """Describe the bindings of ``seq``, recursing into If branches and nested functions.
 
     The stock pass visits those too; their bindings see the enclosing variables (``env`` is
     copied, so a branch's bindings do not leak out of it). ``name`` is the module-level function
     the rewrite changes; ``scope`` names the nested function in messages (``main/inner``).
+    ``dims`` are the symbolic variables the weight parameters define (``_stock.weight_dims``).
     """
     for block in seq.blocks[:]:
         in_dataflow = isinstance(block, relax.DataflowBlock)
@@ -317,7 +338,7 @@ def _lower_seq(
             elif isinstance(value, relax.Call):
                 node_id = len(out.sites)
                 site = _lower_call(
-                    mod, name, scope, var, value, args, in_dataflow, env, node_id, out
+                    mod, name, scope, var, value, args, in_dataflow, env, node_id, out, dims
                 )
                 out.sites.append(site)
                 env[key] = _Env("node", node=node_id)
@@ -326,7 +347,7 @@ def _lower_seq(
                 if isinstance(value, relax.If):
                     for branch in (value.true_branch, value.false_branch):
                         if isinstance(branch, relax.SeqExpr):
-                            _lower_seq(mod, name, scope, branch, dict(env), out)
+                            _lower_seq(mod, name, scope, branch, dict(env), out, dims)
                 elif isinstance(value, relax.Function) and isinstance(value.body, relax.SeqExpr):
                     inner = dict(env)
                     inner.update({_compat.handle(p): _OPAQUE for p in value.params[:]})
@@ -391,6 +412,7 @@ def _lower_call(
     env: _Scope,
     node_id: int,
     out: Walk,
+    dims: FrozenSet[int] = frozenset(),
 ) -> CallSite:
     label = _compat.var_name(var)
     op = call.op
@@ -478,6 +500,9 @@ def _lower_call(
             detail,
             default_fold,
             default_rule,
+            lift_rule(
+                op_name=op_name, in_dataflow=in_dataflow, ty=_compat.type_of(var), weight_dims=dims
+            ),
         )
     )
     return CallSite(
@@ -527,13 +552,15 @@ def _add_leaf(arg: relax.Expr, env: _Scope, out: _Leaves) -> object:
         out.inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
     elif bound.kind == "node" and is_tensor:
         out.inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
+    elif bound.kind == "weight" and is_tensor and not _is_zero_size(tensor):
+        out.inputs.append(NodeInput(InputKind.PARAMETER, _compat.var_name(arg), tensor))
     else:
         if bound.node is not None:  # a tuple-typed call result, read whole
             out.escaping.append(bound.node)
         # parameters, and (as in the stock pass) variables bound to tuples or shapes
         out.inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
-        shape = tensor.shape if tensor is not None else None
-        if shape is not None and None not in shape and 0 in shape:
+        if _is_zero_size(tensor):
+            shape = tensor.shape  # type: ignore[union-attr]
             # A zero-size tensor has one possible value, the empty one. Stock folds a call on it
             # when the call's legalized kernel does not read it (``sum`` over a zero-size axis
             # legalizes to ``full(0)``); the kernels tell (``KernelSet.unread_zero_size``).
@@ -541,6 +568,12 @@ def _add_leaf(arg: relax.Expr, env: _Scope, out: _Leaves) -> object:
             constant = relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
     out.constants.append(constant)
     return index
+
+
+def _is_zero_size(tensor: Optional[TensorInfo]) -> bool:
+    """A static zero-size tensor: it has one possible value, so it is handled as a constant."""
+    shape = tensor.shape if tensor is not None else None
+    return shape is not None and None not in shape and 0 in shape
 
 
 def _callee_name(callee: relax.Expr) -> str:

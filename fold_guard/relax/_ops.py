@@ -7,11 +7,16 @@ the module at different stages, and that difference is the point:
   is a TIR call that any ``FoldConstant`` folds from constants, so the request is fulfilled.
 * ``fold_barrier`` has no ``FLegalize``: ``LegalizeOps`` leaves it in place, and the stock
   ``FoldConstant`` can neither legalize nor evaluate it, so it never folds across it. It is
-  removed only by ``LowerRuntimeBuiltin`` (through ``FLowerBuiltin``, the hook TVM's own
-  ``relax.builtin.stop_lift_params`` uses), which runs in the VM build after every pipeline's
-  folding. There it becomes a ``vm.builtin.reshape`` of its operand to its own shape: a view, no
-  copy, and a value in a VM register (``KillAfterLastUse`` has already scheduled a kill for it,
-  which a plain constant could not take).
+  removed only by ``LowerRuntimeBuiltin`` (through ``FLowerBuiltin``), which runs in the VM
+  build after every pipeline's folding. There it becomes a ``vm.builtin.reshape`` of its operand
+  to its own shape: a view, no copy, and a value in a VM register (``KillAfterLastUse`` has
+  already scheduled a kill for it, which a plain constant could not take).
+
+Where weights are parameters, ``annotate`` puts TVM's own ``relax.builtin.stop_lift_params``
+under a barrier, so that ``LiftTransformParams`` keeps the barrier at run time. That op has no
+lowering in TVM 0.27 (the lifting pass removes it; a module built without lifting fails in VM
+codegen), so :func:`register_ops` gives it the barrier's ``FLowerBuiltin`` when it has none: an
+annotated module then builds whether or not it was lifted.
 
 They are named ``relax.*`` so that the TVMScript printer writes ``R.fold_barrier(x)``; the parser
 learns them from the builders installed on ``tvm.script.parser.relax`` at registration.
@@ -27,6 +32,7 @@ from tvm.ir import _ffi_api as _ir_ffi
 
 from .._core.errors import UnsupportedIRError
 from . import _compat
+from ._stock import LIFT_STOP_OP
 
 __all__ = [
     "FOLD_ALLOW_OP",
@@ -114,8 +120,18 @@ def _is_registered(name: str) -> bool:
     return name in tvm.ir.Op.list_op_names()
 
 
+def _lower_stop_to_view(builder: Any, call: relax.Call) -> relax.Expr:
+    # stop_lift_params is TVM's op and takes any operand: only a tensor becomes a view.
+    if not isinstance(_compat.type_of(call.args[0]), _compat.TensorType):
+        return call.args[0]
+    return _lower_barrier_to_view(builder, call)
+
+
 def register_ops() -> None:
-    """Register both ops and teach the TVMScript parser their builders. Safe to call again."""
+    """Register both ops and teach the TVMScript parser their builders. Safe to call again.
+
+    Also gives ``stop_lift_params`` a lowering to a view when TVM has none (module doc).
+    """
     for name, description in _DESCRIPTIONS.items():
         if not _is_registered(name):
             _ir_ffi.RegisterOp(name, description)
@@ -129,6 +145,9 @@ def register_ops() -> None:
                 op.set_attr("FLowerBuiltin", _lower_barrier_to_view)
             else:
                 op.set_attr("FLegalize", _legalize_to_operand)
+    stop = tvm.ir.Op.get(LIFT_STOP_OP)
+    if stop.get_attr("FLowerBuiltin") is None:
+        stop.set_attr("FLowerBuiltin", _lower_stop_to_view)
     _install_parser_builders()
 
 

@@ -20,11 +20,24 @@ else. On a TVM upgrade, re-check this module against the new ``fold_constant.cc`
   variables bound to a ``ShapeExpr`` substituted into their arguments
   (:func:`substitutes_shape_arguments`); ``remove_all_unused`` then drops dead bindings of every
   function.
+
+And from stock ``relax.transform.LiftTransformParams`` (``src/relax/transform/
+lift_transform_params.cc``), which evaluates weight-only work where weights are parameters, the
+rules that decide whether a call on the parameter path is lifted (:func:`lift_rule`):
+
+* **targets**: functions with a ``num_input`` attribute whose name does not end in
+  ``transform_params``; their parameters from ``num_input`` on are the weights
+  (:func:`weight_parameter_start`);
+* **dataflow only**: only bindings inside dataflow blocks are lifted;
+* **the stop**: a ``stop_lift_params`` call is never lifted (the pass removes it from the
+  function it leaves at run time);
+* **symbolic dims**: a binding whose type has a symbolic variable no weight parameter defines is
+  not lifted.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import FrozenSet, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relax
@@ -33,6 +46,7 @@ from . import _compat
 
 __all__ = [
     "CALL_TIR_OP",
+    "LIFT_STOP_OP",
     "RULE_DATAFLOW_ONLY",
     "RULE_LARGE_CREATION",
     "STOCK_MAX_CREATION_ELEMENTS",
@@ -40,14 +54,19 @@ __all__ = [
     "default_decision",
     "is_large_creation",
     "legalized_call_tir",
+    "lift_rule",
     "needs_scalar_decision",
     "not_legalized_rule",
     "substitutes_shape_arguments",
+    "weight_dims",
+    "weight_parameter_start",
 ]
 
 #: The ops stock treats apart from other operators (the adapter's table of IR op names).
 CALL_TIR_OP = "relax.call_tir"
 TENSOR_TO_SHAPE_OP = "relax.tensor_to_shape"
+#: The identity op stock LiftTransformParams never lifts (``relax.op.builtin.stop_lift_params``).
+LIFT_STOP_OP = "relax.builtin.stop_lift_params"
 
 #: Stock FoldConstant (``ShouldBeFolded``) leaves creation ops above this many elements alone.
 STOCK_MAX_CREATION_ELEMENTS = 1024
@@ -147,3 +166,47 @@ def substitutes_shape_arguments(call: relax.Call) -> bool:
     if not isinstance(call.op, tvm.ir.Op):
         return False
     return call.op.name != CALL_TIR_OP and not is_large_creation(call)
+
+
+RULE_LIFT_DATAFLOW_ONLY = "relax: LiftTransformParams lifts only bindings inside dataflow blocks"
+RULE_LIFT_STOP = "relax: LiftTransformParams never lifts stop_lift_params (it removes it instead)"
+RULE_LIFT_SYMBOLIC = (
+    "relax: LiftTransformParams does not lift a binding whose type has a symbolic dim that no "
+    "weight parameter defines"
+)
+
+
+def weight_parameter_start(name: str, func: relax.Function) -> Optional[int]:
+    """Index of ``func``'s first weight parameter for stock LiftTransformParams, or None.
+
+    The pass lifts in functions with a ``num_input`` attribute, except its own results (a name
+    ending in ``transform_params``); parameters from ``num_input`` on are the weights.
+    """
+    attrs = func.attrs
+    if attrs is None or "num_input" not in attrs or name.endswith("transform_params"):
+        return None
+    return int(attrs["num_input"])
+
+
+def lift_rule(*, op_name: str, in_dataflow: bool, ty: object, weight_dims: FrozenSet[int]) -> str:
+    """The stock rule that keeps a call at run time whatever its inputs ("" when it is lifted).
+
+    ``ty`` is the binding's type and ``weight_dims`` the handles (``_compat.handle``) of the
+    symbolic variables the weight parameters' types define.
+    """
+    if not in_dataflow:
+        return RULE_LIFT_DATAFLOW_ONLY
+    if op_name == LIFT_STOP_OP:
+        return RULE_LIFT_STOP
+    if any(_compat.handle(var) not in weight_dims for var in relax.analysis.tir_vars_in_type(ty)):
+        return RULE_LIFT_SYMBOLIC
+    return ""
+
+
+def weight_dims(func: relax.Function, start: int) -> FrozenSet[int]:
+    """Handles of the symbolic variables ``func``'s weight parameters (from ``start``) define."""
+    return frozenset(
+        _compat.handle(var)
+        for param in func.params[start:]
+        for var in relax.analysis.definable_tir_vars_in_type(_compat.type_of(param))
+    )

@@ -35,7 +35,7 @@ def _plan():
 def test_counts_and_rules_separate_own_verdicts_from_consequences():
     summary = summarize(_plan(), layers={("main", "w"): "conv0.weight", ("main", "r"): "conv0"})
     assert summary["version"] == SCHEMA_VERSION
-    assert summary["counts"]["by_action"] == {"fold": 1, "keep": 3}
+    assert summary["counts"]["by_action"] == {"fold": 1, "keep": 3, "lift": 0}
     assert summary["counts"]["by_reason"] == {
         "folded": 1,
         "kept_by_policy": 1,
@@ -47,6 +47,7 @@ def test_counts_and_rules_separate_own_verdicts_from_consequences():
         "rule": KEEP_DQ_RULE,
         "folded": 0,
         "kept": 1,
+        "lifted": 0,
         "kept_with_input": 1,
         "calls": ["conv0.weight"],
     }
