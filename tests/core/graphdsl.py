@@ -2,7 +2,8 @@
 
     g = G()
     c = g.const("c")                     # a literal constant, float32 (4,) by default
-    x = g.runtime("x")                   # a function parameter
+    x = g.runtime("x")                   # a run-time input
+    w = g.param("w")                     # a weight passed as a parameter (Relax num_input)
     e = g.call("relax.exp", c)           # label defaults to "e0", "e1", ... (op suffix + id)
     b = g.barrier(e, label="b")
     y = g.call("relax.add", x, b, label="y")
@@ -10,11 +11,13 @@
     assert summary(plan) == {"e0": "FOLDED default", "b": "KEPT_BY_BARRIER fold_barrier", ...}
 
 Plus the graph surgery the property tests need: :func:`apply_plan` (every folded node becomes a
-literal constant of its consumers) and a small NumPy interpreter (:func:`evaluate`).
+literal constant of its consumers), :func:`apply_placements` (what an annotation helper inserts)
+and a small NumPy interpreter (:func:`evaluate`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -31,10 +34,22 @@ from fold_guard._core import (
     TensorInfo,
 )
 
-__all__ = ["NUMPY_OPS", "G", "Ref", "apply_plan", "decision", "evaluate", "summary"]
+__all__ = [
+    "NUMPY_OPS",
+    "G",
+    "Ref",
+    "apply_placements",
+    "apply_plan",
+    "decision",
+    "evaluate",
+    "summary",
+]
 
 BARRIER_OP = "fold_guard.fold_barrier"
 ALLOW_OP = "fold_guard.fold_allow"
+#: The parameter path's stop (Relax ``stop_lift_params``): the lifting never lifts it.
+LIFT_STOP_OP = "relax.builtin.stop_lift_params"
+LIFT_STOP_RULE = "the lifting never lifts its stop"
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,11 @@ class G:
     ) -> Ref:
         return Ref(InputKind.RUNTIME, label, TensorInfo.of(dtype, shape))
 
+    def param(
+        self, label: str, dtype: str = "float32", shape: Sequence[Optional[int]] = (4,)
+    ) -> Ref:
+        return Ref(InputKind.PARAMETER, label, TensorInfo.of(dtype, shape))
+
     # Calls ----------------------------------------------------------------------------------
     def call(
         self,
@@ -83,6 +103,7 @@ class G:
         unfoldable_detail: str = "",
         default_fold: bool = True,
         default_rule: str = "",
+        lift_rule: str = "",
         function: Optional[str] = None,
         type_of: Optional[Ref] = None,
     ) -> Ref:
@@ -108,6 +129,7 @@ class G:
                 unfoldable_detail=unfoldable_detail,
                 default_fold=default_fold,
                 default_rule=default_rule,
+                lift_rule=lift_rule,
                 type_source=None if type_of is None else type_of.node,
             )
         )
@@ -167,22 +189,67 @@ def apply_plan(plan: FoldPlan) -> Tuple[FoldGraph, Dict[int, int]]:
             else:
                 inputs.append(inp)
         new_id[node.id] = len(nodes)
-        nodes.append(
-            FoldNode(
-                id=len(nodes),
-                op=node.op,
-                label=node.label,
-                function=node.function,
-                inputs=tuple(inputs),
-                outputs=node.outputs,
-                attrs=node.attrs,
-                annotation=node.annotation,
-                unfoldable=node.unfoldable,
-                unfoldable_detail=node.unfoldable_detail,
-                default_fold=node.default_fold,
-                default_rule=node.default_rule,
-            )
-        )
+        nodes.append(dataclasses.replace(node, id=len(nodes), inputs=tuple(inputs)))
+    return FoldGraph(tuple(nodes)), new_id
+
+
+def apply_placements(graph: FoldGraph, placed: Sequence) -> Tuple[FoldGraph, Dict[int, int]]:
+    """``graph`` with the placed annotations inserted, as an annotation helper writes them.
+
+    ``placed`` are :class:`~fold_guard._core.annotate.Placement` objects: a barrier (over the
+    lifting's stop when it ``stops_lift``) on the given operand, a stop alone under an
+    ``existing_barrier``, an allow around a node's result. Returns the new graph and the map
+    old id -> new id.
+    """
+    operand_of = {
+        p.node: p for p in placed if p.annotation is Annotation.BARRIER and p.operand is not None
+    }
+    allow_on = {p.node for p in placed if p.annotation is Annotation.ALLOW}
+    nodes: List[FoldNode] = []
+    new_id: Dict[int, int] = {}
+    output_of: Dict[int, int] = {}  # old id -> id of the node consumers now read
+
+    def add(node: FoldNode) -> int:
+        nodes.append(dataclasses.replace(node, id=len(nodes)))
+        return len(nodes) - 1
+
+    def wrap(inp: NodeInput, op: str, label: str, function: str, **facts) -> NodeInput:
+        node = FoldNode(0, op, label, function, (inp,), (inp.tensor,), **facts)
+        return NodeInput(InputKind.NODE, label, inp.tensor, add(node))
+
+    for node in graph.nodes:
+        inputs = [
+            NodeInput(InputKind.NODE, inp.label, inp.tensor, output_of[inp.source])
+            if inp.kind is InputKind.NODE
+            else inp
+            for inp in node.inputs
+        ]
+        placement = operand_of.get(node.id)
+        if placement is not None:
+            index = placement.operand
+            if placement.stops_lift:
+                inputs[index] = wrap(
+                    inputs[index],
+                    LIFT_STOP_OP,
+                    f"stop_{node.label}",
+                    node.function,
+                    lift_rule=LIFT_STOP_RULE,
+                )
+            if not placement.existing_barrier:
+                inputs[index] = wrap(
+                    inputs[index],
+                    BARRIER_OP,
+                    f"barrier_{node.label}",
+                    node.function,
+                    annotation=Annotation.BARRIER,
+                )
+        new_id[node.id] = add(dataclasses.replace(node, inputs=tuple(inputs)))
+        output_of[node.id] = new_id[node.id]
+        if node.id in allow_on:
+            result = NodeInput(InputKind.NODE, node.label, node.outputs[0], new_id[node.id])
+            output_of[node.id] = wrap(
+                result, ALLOW_OP, f"allow_{node.label}", node.function, annotation=Annotation.ALLOW
+            ).source
     return FoldGraph(tuple(nodes)), new_id
 
 
@@ -197,6 +264,7 @@ NUMPY_OPS = {
     "relax.tanh": lambda x, *rest: np.tanh(x),
     BARRIER_OP: lambda x: x,
     ALLOW_OP: lambda x: x,
+    LIFT_STOP_OP: lambda x: x,
 }
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import pytest
-from graphdsl import G, Ref, summary
+from graphdsl import G, Ref, apply_placements, summary
 from hypothesis import HealthCheck, given, settings
 from test_properties import cases
 
@@ -16,12 +16,11 @@ from fold_guard._core import (
     FOLD_QNN_POLICY,
     Annotation,
     FoldGraph,
-    InputKind,
     compose,
     plan_folds,
 )
-from fold_guard._core.annotate import Annotated, Placement, placements
-from fold_guard._core.graph import FoldNode, NodeInput, TensorInfo
+from fold_guard._core.annotate import Annotated, placements
+from fold_guard._core.graph import TensorInfo
 from fold_guard._core.policy import QDQ_ACCELERATOR_POLICY, WEIGHTS_ONLY_POLICY
 from fold_guard._core.uses import GraphUses
 
@@ -218,90 +217,6 @@ def test_placements_relay_qnn_quantize_gets_an_allow_and_no_barrier():
         annotated.explain().splitlines()[0]
         == "annotated for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier"
     )
-
-
-def apply_placements(
-    graph: FoldGraph, placed: Tuple[Placement, ...]
-) -> Tuple[FoldGraph, Dict[int, int]]:
-    """``graph`` with the placed annotations inserted; returns it and the map old id -> new id."""
-    barrier_on = {p.node: p.operand for p in placed if p.annotation is Annotation.BARRIER}
-    allow_on = {p.node for p in placed if p.annotation is Annotation.ALLOW}
-    nodes: List[FoldNode] = []
-    new_id: Dict[int, int] = {}
-    output_of: Dict[int, int] = {}  # old id -> id of the node consumers now read
-
-    def add(node: FoldNode) -> int:
-        nodes.append(
-            FoldNode(
-                len(nodes),
-                node.op,
-                node.label,
-                node.function,
-                node.inputs,
-                node.outputs,
-                node.attrs,
-                node.annotation,
-                node.unfoldable,
-                node.unfoldable_detail,
-                node.default_fold,
-                node.default_rule,
-            )
-        )
-        return len(nodes) - 1
-
-    for node in graph.nodes:
-        inputs = [
-            NodeInput(InputKind.NODE, inp.label, inp.tensor, output_of[inp.source])
-            if inp.kind is InputKind.NODE
-            else inp
-            for inp in node.inputs
-        ]
-        if node.id in barrier_on:
-            index = barrier_on[node.id]
-            operand = inputs[index]
-            b = add(
-                FoldNode(
-                    0,
-                    "barrier",
-                    f"barrier_{node.label}",
-                    node.function,
-                    (operand,),
-                    (operand.tensor,),
-                    annotation=Annotation.BARRIER,
-                )
-            )
-            inputs[index] = NodeInput(InputKind.NODE, f"barrier_{node.label}", operand.tensor, b)
-        new_id[node.id] = add(
-            FoldNode(
-                0,
-                node.op,
-                node.label,
-                node.function,
-                tuple(inputs),
-                node.outputs,
-                node.attrs,
-                node.annotation,
-                node.unfoldable,
-                node.unfoldable_detail,
-                node.default_fold,
-                node.default_rule,
-            )
-        )
-        output_of[node.id] = new_id[node.id]
-        if node.id in allow_on:
-            result = NodeInput(InputKind.NODE, node.label, node.outputs[0], new_id[node.id])
-            output_of[node.id] = add(
-                FoldNode(
-                    0,
-                    "allow",
-                    f"allow_{node.label}",
-                    node.function,
-                    (result,),
-                    node.outputs[:1],
-                    annotation=Annotation.ALLOW,
-                )
-            )
-    return FoldGraph(tuple(nodes)), new_id
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -66,11 +66,24 @@ def make_policy(keep_ops: FrozenSet[str], fold_ops: FrozenSet[str]) -> FoldPolic
 
 
 @st.composite
-def cases(draw, *, annotations: bool = True, policy: bool = True, conflicts: bool = False) -> Case:
+def cases(
+    draw,
+    *,
+    annotations: bool = True,
+    policy: bool = True,
+    conflicts: bool = False,
+    parameters: bool = False,
+    allows: bool = True,
+) -> Case:
+    """A random case (module doc). ``parameters`` adds 0-2 weight parameters ``w*`` and gives
+    some calls a stock lifting rule that keeps them at run time; ``allows=False`` draws barriers
+    but no ``fold_allow``."""
     g = G()
     refs = [g.const(f"k{i}") for i in range(draw(st.integers(1, 3)))]
     refs += [g.runtime(f"x{i}") for i in range(draw(st.integers(0, 2)))]
-    kinds = ["op"] * 6 + ["barrier", "allow"] if annotations else ["op"]
+    if parameters:
+        refs += [g.param(f"w{i}") for i in range(draw(st.integers(0, 2)))]
+    kinds = ["op"] * 6 + ["barrier"] + (["allow"] if allows else []) if annotations else ["op"]
     barriers: Set[int] = set()
     op_nodes = []
     conflict = False
@@ -100,6 +113,9 @@ def cases(draw, *, annotations: bool = True, policy: bool = True, conflicts: boo
                 default_rule="stock pass keeps it",
                 unfoldable=unfoldable,
                 unfoldable_detail="" if unfoldable is None else f"{unfoldable.text} {label}",
+                lift_rule=draw(st.sampled_from(["", "", "", "stock lifting keeps it"]))
+                if parameters
+                else "",
             )
             op_nodes.append(ref.node)
         refs.append(ref)
