@@ -1,0 +1,412 @@
+"""Weights as parameters: the decision holds through LiftTransformParams (RFC.md, guarantee 3).
+
+Where a model's weights are parameters of ``main`` (``num_input``), weight-only work is evaluated
+ahead of run time by ``relax.transform.LiftTransformParams`` (and ``LazyTransformParams``), not by
+a fold. ``annotate`` carries a policy onto that path:
+
+    main(x, w: f32)  q = quantize(w); dq = dequantize(q); y = matmul(x, dq)
+      annotate(keep-qdq-weights)  ==>  q; s = stop_lift_params(q); b = fold_barrier(s); dq(b)
+      LiftTransformParams         ==>  main_transform_params(w) -> q (int8)
+                                       main(x, q: i8)  b = fold_barrier(q); dq(b); y = matmul(x, dq)
+
+Stock lifting alone moves ``dq`` into the transform and hands ``main`` an fp32 weight.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from _common import onnx_models
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+import fold_guard.relax as fgr
+from fold_guard import Action, Reason
+
+KEEP = "keep-qdq-weights"
+
+# ----------------------------------------------------------------------------------- modules
+
+
+@I.ir_module
+class QuantizedWeight:
+    @R.function
+    def main(x: R.Tensor((1, 4), "float32"), w: R.Tensor((4, 4), "float32")):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            # a weight parameter: lifted by stock; under keep-qdq-weights, q is lifted ...
+            q = R.quantize(w, R.const(0.5), R.const(0, "int8"), axis=1, out_dtype="int8")
+            # ... and dq stays in main for the backend's pattern
+            dq = R.dequantize(q, R.const(0.5), R.const(0, "int8"), axis=1, out_dtype="float32")
+            y = R.matmul(x, dq)  # reads the run-time input x: never lifted
+            R.output(y)
+        return y
+
+
+@I.ir_module
+class QuantizedWeightAnnotated:
+    @R.function
+    def main(x: R.Tensor((1, 4), "float32"), w: R.Tensor((4, 4), "float32")):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            q = R.quantize(w, R.const(0.5), R.const(0, "int8"), axis=1, out_dtype="int8")
+            s = R.builtin.stop_lift_params(q)
+            b = R.fold_barrier(s)
+            dq = R.dequantize(b, R.const(0.5), R.const(0, "int8"), axis=1, out_dtype="float32")
+            y = R.matmul(x, dq)
+            R.output(y)
+        return y
+
+
+@I.ir_module
+class QuantizedWeightLifted:
+    @R.function
+    def main_transform_params(
+        params: R.Tuple(R.Tensor((4, 4), "float32")),
+    ) -> R.Tuple(R.Tensor((4, 4), "int8")):
+        R.func_attr({"num_input": 0})
+        with R.dataflow():
+            w = params[0]
+            q = R.quantize(w, R.const(0.5), R.const(0, "int8"), axis=1, out_dtype="int8")
+            out = (q,)
+            R.output(out)
+        return out
+
+    @R.function
+    def main(x: R.Tensor((1, 4), "float32"), q: R.Tensor((4, 4), "int8")):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            b = R.fold_barrier(q)
+            dq = R.dequantize(b, R.const(0.5), R.const(0, "int8"), axis=1, out_dtype="float32")
+            y = R.matmul(x, dq)
+            R.output(y)
+        return y
+
+
+def _hand_placed_barrier() -> tvm.IRModule:
+    """The tracker's example: a barrier placed by hand on an int8 weight parameter."""
+    x = relax.Var("x", relax.TensorType((1, 4), "float32"))
+    w = relax.Var("w", relax.TensorType((4, 4), "int8"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            wb = bb.emit(fgr.fold_barrier(w))
+            wdq = bb.emit(
+                relax.op.dequantize(wb, relax.const(0.01), relax.const(0, "int8"), axis=1)
+            )
+            y = bb.emit_output(relax.op.matmul(x, wdq))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+@I.ir_module
+class HandPlacedLifted:
+    @R.function
+    def main_transform_params(
+        params: R.Tuple(R.Tensor((4, 4), "int8")),
+    ) -> R.Tuple(R.Tensor((4, 4), "int8")):
+        R.func_attr({"num_input": 0})
+        return params
+
+    @R.function
+    def main(x: R.Tensor((1, 4), "float32"), w: R.Tensor((4, 4), "int8")):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            wb = R.fold_barrier(w)
+            wdq = R.dequantize(wb, R.const(0.01), R.const(0, "int8"), axis=1, out_dtype="float32")
+            y = R.matmul(x, wdq)
+            R.output(y)
+        return y
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def _op_names(func: relax.Function) -> List[str]:
+    return [
+        b.value.op.name
+        for block in func.body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+    ]
+
+
+def _call_labels(func: relax.Function) -> set:
+    return {
+        b.var.name
+        for block in func.body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call)
+    }
+
+
+def _build(mod: tvm.IRModule) -> relax.VirtualMachine:
+    return relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+
+
+def _run_lifted(mod: tvm.IRModule, inputs: Sequence[np.ndarray], weights: Sequence[np.ndarray]):
+    """Build a lifted module, run its transform on ``weights`` and ``main`` on its result."""
+    vm = _build(mod)
+    transformed = vm["main_transform_params"]([tvm.runtime.tensor(w) for w in weights])
+    out = vm["main"](*[tvm.runtime.tensor(x) for x in inputs], *transformed)
+    return out.numpy(), [t.numpy() for t in transformed]
+
+
+# ----------------------------------------------------------------------------------- structure
+
+
+def test_annotate_keeps_the_weight_dequantize_at_run_time_through_lift_transform_params():
+    annotated = fgr.annotate(QuantizedWeight, policy=KEEP)
+    tvm.ir.assert_structural_equal(annotated.mod, QuantizedWeightAnnotated)
+    assert [str(p) for p in annotated.placed] == [
+        "main: fold_barrier over stop_lift_params on q: int8[4, 4] (input 0 of dq = "
+        "relax.dequantize; computed from weight parameters) [keep-dequantize-of-integer-constant]"
+    ]
+    lifted = relax.transform.LiftTransformParams()(annotated.mod)
+    tvm.ir.assert_structural_equal(lifted, QuantizedWeightLifted)
+
+
+def test_stock_lifting_alone_hands_main_an_fp32_weight():
+    """The failure the annotation fixes, asserted so the test above cannot pass by accident."""
+    lifted = relax.transform.LiftTransformParams()(QuantizedWeight)
+    assert _op_names(lifted["main"]) == ["relax.matmul"]
+    assert [str(p.ty.dtype) for p in lifted["main"].params] == ["float32", "float32"]
+
+
+def test_a_hand_placed_barrier_on_a_weight_holds_once_annotated():
+    mod = _hand_placed_barrier()
+    stock = relax.transform.LiftTransformParams()(mod)
+    assert _op_names(stock["main"]) == ["relax.matmul"]  # the barrier alone is lifted away
+    annotated = fgr.annotate(mod, policy="default")
+    assert [str(p) for p in annotated.placed] == [
+        "main: stop_lift_params under the barrier lv (its operand w: int8[4, 4] is computed "
+        "from weight parameters) [fold_barrier]"
+    ]
+    assert annotated.barriers == () and len(annotated.lift_stops) == 1
+    lifted = relax.transform.LiftTransformParams()(annotated.mod)
+    tvm.ir.assert_structural_equal(lifted, HandPlacedLifted)
+    # Annotating the annotated module again changes nothing.
+    again = fgr.annotate(annotated.mod, policy="default")
+    assert again.placed == ()
+    tvm.ir.assert_structural_equal(again.mod, annotated.mod)
+
+
+def test_without_a_decision_to_carry_the_stock_lifting_is_unchanged():
+    annotated = fgr.annotate(QuantizedWeight, policy="default")
+    assert annotated.placed == ()
+    tvm.ir.assert_structural_equal(annotated.mod, QuantizedWeight)
+    tvm.ir.assert_structural_equal(
+        relax.transform.LiftTransformParams()(annotated.mod),
+        relax.transform.LiftTransformParams()(QuantizedWeight),
+    )
+
+
+def test_the_plan_says_what_is_lifted_and_what_stays():
+    plan = fgr.plan(QuantizedWeight, policy=KEEP)
+    assert [(d.label, d.action, d.rule) for d in plan.decisions] == [
+        ("q", Action.LIFT, "fold-quantize-of-constant"),
+        ("dq", Action.KEEP, "keep-dequantize-of-integer-constant"),
+        ("y", Action.KEEP, ""),
+    ]
+    result = fgr.fold(QuantizedWeight, policy=KEEP)
+    assert not result.modified  # nothing is constant here: lifting is LiftTransformParams' job
+    assert "1 lifted ahead of run time" in result.report.explain()
+    default = fgr.plan(QuantizedWeightAnnotated, policy="default")
+    assert [(d.label, d.reason, d.rule) for d in default.decisions][:3] == [
+        ("q", Reason.LIFTED, "default"),
+        ("s", Reason.KEPT_BY_POLICY, "default"),
+        ("b", Reason.KEPT_BY_BARRIER, "fold_barrier"),
+    ]
+    assert "never lifts stop_lift_params" in default.decisions[1].detail
+
+
+def test_outside_a_dataflow_block_nothing_is_lifted_so_nothing_is_placed():
+    @I.ir_module
+    class NoDataflow:
+        @R.function
+        def main(x: R.Tensor((1, 4), "float32"), w: R.Tensor((4, 4), "int8")):
+            R.func_attr({"num_input": 1})
+            dq = R.dequantize(w, R.const(0.5), R.const(0, "int8"), axis=1, out_dtype="float32")
+            y = R.matmul(x, dq)
+            return y
+
+    plan = fgr.plan(NoDataflow, policy=KEEP)
+    assert plan.decisions[0].action is Action.KEEP
+    assert "only bindings inside dataflow blocks" in plan.decisions[0].detail
+    assert fgr.annotate(NoDataflow, policy=KEEP).placed == ()
+
+
+def test_an_annotated_module_round_trips_through_json_and_tvmscript():
+    annotated = fgr.annotate(QuantizedWeight, policy=KEEP).mod
+    tvm.ir.assert_structural_equal(tvm.ir.load_json(tvm.ir.save_json(annotated)), annotated)
+    tvm.ir.assert_structural_equal(tvm.script.from_source(annotated.script()), annotated)
+
+
+# ----------------------------------------------------------------------------------- numerics
+
+
+def test_annotated_module_builds_and_runs_with_or_without_lifting():
+    """stop_lift_params has no lowering in TVM 0.27: fold_guard gives it the barrier's view."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 4)).astype("float32")
+    w = rng.standard_normal((4, 4)).astype("float32")
+    annotated = fgr.annotate(QuantizedWeight, policy=KEEP).mod
+    expected = _build(QuantizedWeight)["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy()
+    unlifted = _build(annotated)["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy()
+    lifted, (q,) = _run_lifted(relax.transform.LiftTransformParams()(annotated), [x], [w])
+    assert q.dtype == np.int8
+    np.testing.assert_array_equal(unlifted, expected)
+    np.testing.assert_array_equal(lifted, expected)
+
+
+def _import_with_parameters(model) -> Tuple[tvm.IRModule, List[np.ndarray]]:
+    from tvm.relax.frontend.onnx import from_onnx
+
+    mod, params = relax.frontend.detach_params(from_onnx(model, keep_params_in_input=True))
+    return mod, [p.numpy() for p in params["main"]]
+
+
+def _dequantize_operands(func: relax.Function) -> List[relax.Expr]:
+    """The data operand of every dequantize in ``func``, with a barrier over it looked through."""
+    bound = {b.var.name: b.value for block in func.body.blocks for b in block.bindings}
+    operands = []
+    for block in func.body.blocks:
+        for b in block.bindings:
+            value = b.value
+            if (
+                isinstance(value, relax.Call)
+                and getattr(value.op, "name", "") == "relax.dequantize"
+            ):
+                operand = value.args[0]
+                inner = bound.get(operand.name) if isinstance(operand, relax.Var) else None
+                if isinstance(inner, relax.Call) and inner.op.name == "relax.fold_barrier":
+                    operands.append(inner.args[0])
+    return operands
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["int8", "float_weights"])
+@pytest.mark.parametrize("name", sorted(onnx_models.MODEL_BUILDERS))
+def test_qdq_models_with_weights_as_parameters(name, form):
+    """On the three QDQ examples: what annotate keeps stays in main as dequantize(barrier(int8
+    parameter)), the transform computes the int8 weights fold gives from constant weights, and
+    main plus the transform run to the unannotated model's output bit for bit."""
+    model = onnx_models.MODEL_BUILDERS[name](0, float_weights=form == "float_weights")
+    mod, weights = _import_with_parameters(model)
+    annotated = fgr.annotate(mod, policy=KEEP)
+    lifted = relax.transform.LiftTransformParams()(annotated.mod)
+
+    # Every kept pattern is in main: a dequantize of a barrier over an integer weight parameter.
+    operands = _dequantize_operands(lifted["main"])
+    assert len(operands) == len(annotated.barriers) > 0
+    main_params = {p.name for p in lifted["main"].params}
+    for operand in operands:
+        assert isinstance(operand, relax.Var) and operand.name in main_params
+        assert str(operand.ty.dtype).startswith(("int", "uint"))
+    assert (
+        "relax.quantize" not in _op_names(lifted["main_transform_params"])
+        or form == "float_weights"
+    )
+
+    # The lifted int8 weights are the constants fold gives on the same model with constant weights.
+    folded = fgr.fold(onnx_models.import_relax(model), policy=KEEP).mod
+    folded_operands = [
+        b.value.args[0].value.numpy()
+        for block in folded["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call)
+        and getattr(b.value.op, "name", "") == "relax.dequantize"
+        and isinstance(b.value.args[0], tvm.ir.GenericConst)
+    ]
+    inputs = [np.asarray(v) for v in onnx_models.input_feed(model).values()]
+    out, transformed = _run_lifted(lifted, inputs, weights)
+    by_name = dict(zip([p.name for p in lifted["main"].params][len(inputs) :], transformed))
+    lifted_ints = [by_name[operand.name] for operand in operands]
+    assert len(lifted_ints) == len(folded_operands)
+    for got, want in zip(lifted_ints, folded_operands):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+    # Bit for bit the output of the unannotated model, lifted the stock way.
+    reference, _ = _run_lifted(relax.transform.LiftTransformParams()(mod), inputs, weights)
+    np.testing.assert_array_equal(out, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["default", KEEP, "qdq-accelerator", "weights-only"])
+@pytest.mark.parametrize("form", ["int8", "float_weights"])
+def test_the_plan_lifts_what_stock_lift_transform_params_lifts(form, policy):
+    """The mirror of the stock lifting (``_stock.lift_rule``), checked against the pass itself.
+
+    The plan describes this fold followed by the lifting, so the stock pass runs on the folded
+    annotated module; a lifted call that the fold leaves dead (a ``shape_of`` whose only use
+    folded) is gone from the module and not compared.
+    """
+    model = onnx_models.make_transformer_block(0, float_weights=form == "float_weights")
+    mod, _ = _import_with_parameters(model)
+    annotated = fgr.annotate(mod, policy=policy).mod
+    plan = fgr.plan(annotated, policy="default")
+    folded = relax.transform.FoldConstant()(annotated)
+    stock = _call_labels(relax.transform.LiftTransformParams()(folded)["main_transform_params"])
+    present = _call_labels(folded["main"])
+    ours = {d.label for d in plan.lifted} & present
+    assert ours == stock
+    assert ours == {d.label for d in fgr.plan(mod, policy=policy).lifted} & present
+
+
+@pytest.mark.slow
+def test_lazy_transform_params_keeps_the_decision():
+    """LazyTransformParams rewrites only the transform: main keeps every barrier, and loading
+    the weights one at a time gives the eager transform's int8 weights."""
+    model = onnx_models.make_qdq_cnn(0, float_weights=True)
+    mod, weights = _import_with_parameters(model)
+    lifted = relax.transform.LiftTransformParams()(fgr.annotate(mod, policy=KEEP).mod)
+    # The order LazyTransformParams' docstring asks for (after them, it frees what it loaded).
+    lazy = tvm.ir.transform.Sequential(
+        [
+            relax.transform.ToNonDataflow(),
+            relax.transform.RemovePurityChecking(),
+            relax.transform.LazyTransformParams(),
+        ]
+    )(lifted)
+    assert _op_names(lazy["main"]) == _op_names(lifted["main"])
+    assert _op_names(lazy["main"]).count("relax.fold_barrier") == 10
+
+    loaded: Dict[int, np.ndarray] = {}
+
+    def get_item(index: int):
+        return tvm.runtime.tensor(weights[index])
+
+    def set_item(index: int, value) -> None:
+        loaded[index] = value.numpy()
+
+    # The VM resolves the packed functions when it loads the executable.
+    with _global_func("get_item", get_item), _global_func("set_item", set_item):
+        _build(lazy)["main_transform_params"]()
+    eager = _build(lifted)["main_transform_params"]([tvm.runtime.tensor(w) for w in weights])
+    assert sorted(loaded) == list(range(len(eager)))
+    for index, value in enumerate(eager):
+        np.testing.assert_array_equal(loaded[index], value.numpy())
+
+
+class _global_func:
+    """Register a packed function for the duration of a ``with`` block (the lazy transform's
+    ``get_item`` / ``set_item``), restoring whatever was registered before."""
+
+    def __init__(self, name: str, func) -> None:
+        self.name, self.func = name, func
+
+    def __enter__(self):
+        self.previous = tvm.get_global_func(self.name, allow_missing=True)
+        tvm.register_global_func(self.name, self.func, override=True)
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            tvm.register_global_func(self.name, self.previous, override=True)
+        else:
+            tvm_ffi.remove_global_func(self.name)
