@@ -14,6 +14,8 @@ Stock lifting alone moves ``dq`` into the transform and hands ``main`` an fp32 w
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -410,3 +412,52 @@ class _global_func:
             tvm.register_global_func(self.name, self.previous, override=True)
         else:
             tvm_ffi.remove_global_func(self.name)
+
+
+# ----------------------------------------------------------------------------------- real-model shapes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import real_models  # noqa: E402
+
+#: Every channel count divided by this (tests/relax/test_bench_models.py does the same): the layer
+#: structure, and so every decision, is the full model's.
+TINY = 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(real_models.MODELS))
+def test_real_model_shapes_keep_every_weight_pattern_through_lifting(name):
+    """fp32 weights feeding QuantizeLinear, as parameters: every weight's quantize is lifted,
+    every weight and bias dequantize stays in main over an integer parameter, and the plan
+    lifts exactly what the stock pass lifts."""
+    model = real_models.build_quantized(name, "float_weights", scale=TINY)
+    mod, _ = _import_with_parameters(model)
+    annotated = fgr.annotate(mod, policy=KEEP)
+    lifted = relax.transform.LiftTransformParams()(annotated.mod)
+    operands = _dequantize_operands(lifted["main"])
+    assert (
+        len(operands)
+        == len(annotated.barriers)
+        >= real_models.model_stats(real_models.build_float(name, scale=TINY))["layers"]
+    )
+    main_params = {p.name for p in lifted["main"].params}
+    assert all(op.name in main_params and "int" in str(op.ty.dtype) for op in operands)
+    plan = fgr.plan(annotated.mod, policy="default")
+    folded = relax.transform.FoldConstant()(annotated.mod)
+    stock = _call_labels(relax.transform.LiftTransformParams()(folded)["main_transform_params"])
+    assert {d.label for d in plan.lifted} & _call_labels(folded["main"]) == stock
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert_tiny"])
+def test_real_model_shapes_run_bit_for_bit_after_lifting(name):
+    """One of the shapes: building a CNN shape twice takes 1-1.5 minutes on CI's machine
+    (ResNet-50, MobileNetV2); the QDQ examples above cover the CNN path end to end."""
+    model = real_models.build_quantized(name, "float_weights", scale=TINY)
+    mod, weights = _import_with_parameters(model)
+    lifted = relax.transform.LiftTransformParams()(fgr.annotate(mod, policy=KEEP).mod)
+    feed = real_models.MODELS[name].feed(np.random.default_rng(0), TINY)
+    inputs = [np.asarray(value) for value in feed.values()]
+    out, _ = _run_lifted(lifted, inputs, weights)
+    reference, _ = _run_lifted(relax.transform.LiftTransformParams()(mod), inputs, weights)
+    np.testing.assert_array_equal(out, reference)
