@@ -17,6 +17,7 @@ from ._annotate import annotate  # noqa: E402
 from ._ops import fold_allow, fold_barrier  # noqa: E402
 from ._ops import register_ops as _register_ops  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, plan  # noqa: E402
+from ._patterns import absorb_weight_dequantize, dequantized_constant  # noqa: E402
 from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
 _register_ops()
@@ -25,7 +26,9 @@ __all__ = [
     "FoldConstant",
     "FoldResult",
     "ReleaseBarriers",
+    "absorb_weight_dequantize",
     "annotate",
+    "dequantized_constant",
     "fold",
     "fold_allow",
     "fold_barrier",

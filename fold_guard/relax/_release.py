@@ -198,19 +198,20 @@ def partition(mod: tvm.IRModule, partition_fn: PartitionFn) -> Partitioned[tvm.I
 
 
 def _check_constants_kept(mod: tvm.IRModule, constants: List[relax.Expr]) -> None:
-    """Each released constant is still a constant of the result (its node, so its dtype)."""
+    """Each released constant's array is still held by a constant of the result (so its dtype
+    too). Arrays, not nodes: a partitioner may copy a constant node into a composite."""
     if not constants:
         return
     present = set()
 
     def visit(expr: relax.Expr) -> None:
         if _compat.is_constant(expr):
-            present.add(_compat.handle(expr))
+            present.add(_compat.handle(_compat.constant_array(expr)))
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
-    missing = [c for c in constants if _compat.handle(c) not in present]
+    missing = [c for c in constants if _compat.handle(_compat.constant_array(c)) not in present]
     if missing:
         first = missing[0]
         raise PreconditionError(
