@@ -140,13 +140,17 @@ class Annotated(Generic[ModuleT]):
         return "\n".join(lines)
 
 
-def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement, ...]:
+def placements(
+    policy_plan: FoldPlan, default_plan: FoldPlan, *, later: Optional[FoldPlan] = None
+) -> Tuple[Placement, ...]:
     """The annotations under which ``default_plan``'s policy decides as ``policy_plan``'s does.
 
     Allows go on :func:`allow_roots`; a barrier goes on the first operand of every call that
     ``policy_plan`` keeps by a rule of its own while all its inputs are constant there and the
-    IR's default would fold it. Sorted by node; a node may get both (an allow root whose result
-    is the operand of a kept call is wrapped as ``fold_barrier(fold_allow(x))``).
+    IR's default would fold it, or, given ``later`` (a plan of the same graph under what a later
+    fold will do, e.g. Relay's build folding lowered QNN ops), ``later`` folds it. Sorted by
+    node; a node may get both (an allow root whose result is the operand of a kept call is
+    wrapped as ``fold_barrier(fold_allow(x))``).
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput, TensorInfo
     >>> from fold_guard._core.planner import plan_folds
@@ -174,7 +178,11 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
         inputs_constant = policy_plan.has_constant_inputs(node.id)
         # Not default_plan.folds(node): an allow placed upstream can make the inputs constant
         # only in the annotated module, and the default must not fold the call there either.
-        default_would_fold = node.default_fold and node.unfoldable is None
+        default_would_fold = (
+            later.folds(node.id)
+            if later is not None
+            else node.default_fold and node.unfoldable is None
+        )
         if kept_by_own_rule and inputs_constant and default_would_fold:
             placed.append(
                 Placement(
