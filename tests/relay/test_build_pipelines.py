@@ -351,6 +351,8 @@ def test_models_after_fq2i(pipeline: str, name: str) -> None:
     model, imported = _model(name)
     fq2i = relay.transform.InferType()(relay.transform.FakeQuantizationToInteger()(imported))
     barred = barrier_on_int8_weights(fgr.FoldConstant()(_annotate(fq2i)))
-    assert len(barrier_operands(barred)) == len(onnx_models.weight_shapes(model))
+    # annotate's own barriers guard the layer norms' qnn.dequantize(<int const>) parameters
+    weights = [a for a in barrier_operands(barred) if a.dtype == np.int8 and a.ndim >= 2]
+    assert len(weights) == len(onnx_models.weight_shapes(model))
     build = BUILDERS[pipeline]
     assert_barriers_hold_in_build(barred, build(fq2i), onnx_models.input_feed(model), build)
