@@ -83,7 +83,7 @@ class _BiasAddFromAdd(DFPatternCallback):
 
     def __init__(self) -> None:
         super().__init__(require_type=True)
-        self.conv = is_op("qnn.conv2d")(*[wildcard()] * 6)
+        self.conv = is_op("qnn.conv2d")(*[wildcard() for _ in range(6)])
         self.bias = is_constant()
         self.pattern = is_op("add")(self.conv, self.bias)
 
@@ -147,15 +147,24 @@ def offload(mod: tvm.IRModule, compiler: str) -> Tuple[int, int]:
     return offloaded, int8
 
 
-def run_flows(mod: tvm.IRModule, partitioner: Partitioner, compiler: str) -> Dict[str, object]:
-    stock = relay.transform.FoldConstant()(mod)
-    folded = fgr.fold(mod, policy=POLICY).mod
-    piped = relay.transform.FoldConstant()(fgr.annotate(mod, policy=POLICY).mod)
-    result = fgr.partition(piped, partitioner)
+class Flows:
+    """The three flows' modules of one model, each made once: stock ``FoldConstant``, ``fold``,
+    and ``annotate`` followed by a pipeline's stock ``FoldConstant``."""
+
+    def __init__(self, mod: tvm.IRModule) -> None:
+        self.mod = mod
+        self.stock = relay.transform.FoldConstant()(mod)
+        self.folded = fgr.fold(mod, policy=POLICY).mod
+        self.piped = relay.transform.FoldConstant()(fgr.annotate(mod, policy=POLICY).mod)
+
+
+def run_flows(flows: Flows, partitioner: Partitioner, compiler: str) -> Dict[str, object]:
+    """Quantized calls offloaded per flow (``(offloaded, int8)``), and what partition released."""
+    result = fgr.partition(flows.piped, partitioner)
     return {
-        "of": len(quantized_calls(mod["main"])),
-        "stock": offload(partitioner(stock), compiler),
-        "fold": offload(partitioner(folded), compiler),
+        "of": len(quantized_calls(flows.mod["main"])),
+        "stock": offload(partitioner(flows.stock), compiler),
+        "fold": offload(partitioner(flows.folded), compiler),
         "annotate": offload(result.mod, compiler),
         "released": result.released,
     }
@@ -165,11 +174,11 @@ def main(argv: Sequence[str] = ()) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=1, help="divide every width by this")
     args = parser.parse_args(list(argv))
-    mod = load_model(args.scale)
+    flows = Flows(load_model(args.scale))
     print(f"MobileNetV2 (width / {args.scale}), s8 per-tensor, FQ2I, NHWC; policy {POLICY!r}")
     print(f"{'table':16s} {'of':>3s} {'stock':>7s} {'fold':>7s} {'annotate':>9s}")
     for name, (partitioner, compiler) in TABLES.items():
-        row = run_flows(mod, partitioner, compiler)
+        row = run_flows(flows, partitioner, compiler)
         cells = [f"{row[flow][0]}/{row[flow][1]}" for flow in ("stock", "fold", "annotate")]
         print(f"{name:16s} {row['of']:>3d} {cells[0]:>7s} {cells[1]:>7s} {cells[2]:>9s}")
 
