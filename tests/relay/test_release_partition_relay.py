@@ -23,6 +23,7 @@ import fold_guard.relay as fgr
 RNG = np.random.default_rng(3)
 W_FLOAT = RNG.uniform(-1, 1, (4, 3, 3, 3)).astype("float32")  # OHWI
 W_INT8 = RNG.integers(-100, 100, (4, 4)).astype("int8")
+W_INT8_CONV = RNG.integers(-100, 100, (4, 3, 3, 3)).astype("int8")  # OHWI
 
 
 def qnn_conv(weight: relay.Expr) -> tvm.IRModule:
@@ -171,3 +172,32 @@ def test_partition_catches_a_fold_in_a_pass_context_of_its_own():
     ):
         fgr.partition(annotated, folds_in_own_context)
     assert tvm.ir.save_json(annotated) == saved
+
+
+# ------------------------------------------------------------ examples/relay_intree_tables.py
+
+
+def test_table_script_counts_what_each_flow_lets_acl_offload():
+    """The script's row for one quantized conv: stock 0, fold and annotate + partition 1, int8."""
+    import relay_intree_tables  # examples/ is on the test path (pyproject: pythonpath)
+
+    flows = relay_intree_tables.Flows(float_weight_conv())
+    partitioner, compiler = relay_intree_tables.TABLES["arm_compute_lib"]
+    row = relay_intree_tables.run_flows(flows, partitioner, compiler)
+    assert row == {"of": 1, "stock": (0, 0), "fold": (1, 1), "annotate": (1, 1), "released": 0}
+
+
+def test_bias_add_from_add_restores_the_bias_add_both_tables_match():
+    """add(qnn.conv2d(...), <int32 (1, 1, 1, 4)>)  ==>  nn.bias_add(qnn.conv2d(...), <int32 (4)>, axis=3)"""
+    import relay_intree_tables
+
+    expected = qnn_conv(relay.const(W_INT8_CONV))
+    body = expected["main"].body  # requantize(bias_add(conv, b), ...)
+    bias_add = body.args[0]
+    as_add = relay.add(
+        bias_add.args[0], relay.const(bias_add.args[1].data.numpy().reshape(1, 1, 1, 4))
+    )
+    x = expected["main"].params[0]
+    rewritten = relay.qnn.op.requantize(as_add, *body.args[1:], out_dtype="int8")
+    before = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], rewritten)))
+    tvm.ir.assert_structural_equal(relay_intree_tables.bias_add_from_add(before), expected)
