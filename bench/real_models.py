@@ -381,8 +381,20 @@ def build_float(name: str, seed: int = 0, *, scale: int = 1) -> onnx.ModelProto:
     return MODELS[name].build(_Graph(seed, scale))
 
 
-def build_quantized(name: str, form: str, seed: int = 0, *, scale: int = 1) -> onnx.ModelProto:
-    """``build_float(name)`` quantized by onnxruntime in ``form`` (one of :data:`FORMS`)."""
+def build_quantized(
+    name: str,
+    form: str,
+    seed: int = 0,
+    *,
+    scale: int = 1,
+    activation_type: str = "uint8",
+    per_channel: bool = True,
+) -> onnx.ModelProto:
+    """``build_float(name)`` quantized by onnxruntime in ``form`` (one of :data:`FORMS`).
+
+    By default uint8 activations and per-channel weight scales; ``activation_type="int8",
+    per_channel=False`` gives the s8 per-tensor form CMSIS-NN and Arm Compute Library take.
+    """
     # The project's one quantize_static call, so these models share every quantizer option with
     # the test models (a private helper of examples/_common/onnx_models.py; fine for a benchmark).
     from _common.onnx_models import _quantize_qdq
@@ -394,8 +406,9 @@ def build_quantized(name: str, form: str, seed: int = 0, *, scale: int = 1) -> o
     return _quantize_qdq(
         build_float(name, seed, scale=scale),
         calibration,
-        activation_type="uint8",
+        activation_type=activation_type,
         float_weights=form == "float_weights",
+        per_channel=per_channel,
     )
 
 

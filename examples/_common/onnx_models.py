@@ -272,11 +272,13 @@ def _quantize_qdq(
     activation_type: str,
     float_weights: bool,
     extra_options: Optional[Dict[str, object]] = None,
+    per_channel: bool = True,
 ) -> onnx.ModelProto:
-    """Quantize a float model to per-channel QDQ form with onnxruntime's ``quantize_static``.
+    """Quantize a float model to QDQ form with onnxruntime's ``quantize_static``.
 
     The one place every model of this module is quantized: ``QuantFormat.QDQ``,
-    ``per_channel=True``, int8 weights, ``activation_type`` activations, MinMax calibration over
+    ``per_channel`` (per-channel weight scales unless False: CMSIS-NN and Arm Compute Library
+    take per-tensor ones), int8 weights, ``activation_type`` activations, MinMax calibration over
     ``calibration`` (feeds, in order). ``float_weights`` adds ``AddQDQPairToWeight``;
     ``extra_options`` are passed on as well. The intermediate files live in a temporary
     directory that is removed on return.
@@ -314,7 +316,7 @@ def _quantize_qdq(
                 dst,
                 _Reader(),
                 quant_format=QuantFormat.QDQ,
-                per_channel=True,
+                per_channel=per_channel,
                 activation_type=act,
                 weight_type=QuantType.QInt8,
                 calibrate_method=CalibrationMethod.MinMax,

@@ -177,16 +177,20 @@ class Annotated(Generic[ModuleT]):
         return "\n".join(lines)
 
 
-def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement, ...]:
+def placements(
+    policy_plan: FoldPlan, default_plan: FoldPlan, *, later: Optional[FoldPlan] = None
+) -> Tuple[Placement, ...]:
     """The annotations under which ``default_plan``'s policy decides as ``policy_plan``'s does.
 
     Allows go on :func:`allow_roots`; a barrier goes on the first operand of every call that
     ``policy_plan`` keeps by a rule of its own while all its inputs are constant there and the
-    IR's default would fold it. On the parameter path (module doc) the same goes for a call kept
-    while its inputs are known before run time and the IR's lifting would lift it: its barrier
-    ``stops_lift``, and so does every barrier already in the module over a lifted operand.
-    Sorted by node; a node may get both (an allow root whose result is the operand of a kept
-    call is wrapped as ``fold_barrier(fold_allow(x))``).
+    IR's default would fold it, or, given ``later`` (a plan of the same graph under what a later
+    fold will do, e.g. Relay's build folding lowered QNN ops), ``later`` folds it. On the
+    parameter path (module doc) the same goes for a call kept while its inputs are known before
+    run time and the IR's lifting would lift it: its barrier ``stops_lift``, and so does every
+    barrier already in the module over a lifted operand. Sorted by node; a node may get both (an
+    allow root whose result is the operand of a kept call is wrapped as
+    ``fold_barrier(fold_allow(x))``).
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput, TensorInfo
     >>> from fold_guard._core.planner import plan_folds
@@ -237,7 +241,12 @@ def placements(policy_plan: FoldPlan, default_plan: FoldPlan) -> Tuple[Placement
         if policy_plan.has_constant_inputs(node.id):
             # Not default_plan.folds(node): an allow placed upstream can make the inputs constant
             # only in the annotated module, and the default must not fold the call there either.
-            stops_lift, default_would_act = False, node.default_fold and node.unfoldable is None
+            stops_lift = False
+            default_would_act = (
+                later.folds(node.id)
+                if later is not None
+                else node.default_fold and node.unfoldable is None
+            )
         elif policy_plan.has_inputs_before_run_time(node.id):
             stops_lift, default_would_act = True, not node.lift_rule
         else:

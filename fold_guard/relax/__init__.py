@@ -5,7 +5,7 @@ is harmless) and teaches TVMScript to parse ``R.fold_barrier(x)`` / ``R.fold_all
 
 >>> import fold_guard.relax as fgr
 >>> sorted(name for name in fgr.__all__ if name[0].isupper())
-['FoldConstant', 'FoldResult']
+['FoldConstant', 'FoldResult', 'ReleaseBarriers']
 """
 
 # Importing _compat refuses a TVM release this adapter does not know (UnsupportedIRError).
@@ -17,7 +17,22 @@ from ._annotate import annotate  # noqa: E402
 from ._ops import fold_allow, fold_barrier  # noqa: E402
 from ._ops import register_ops as _register_ops  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, plan  # noqa: E402
+from ._patterns import absorb_weight_dequantize, dequantized_constant  # noqa: E402
+from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
 _register_ops()
 
-__all__ = ["FoldConstant", "FoldResult", "annotate", "fold", "fold_allow", "fold_barrier", "plan"]
+__all__ = [
+    "FoldConstant",
+    "FoldResult",
+    "ReleaseBarriers",
+    "absorb_weight_dequantize",
+    "annotate",
+    "dequantized_constant",
+    "fold",
+    "fold_allow",
+    "fold_barrier",
+    "partition",
+    "plan",
+    "release_barriers",
+]

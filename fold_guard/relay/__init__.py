@@ -15,12 +15,14 @@ Public surface:
 - ``annotate(mod, *, policy="qdq-accelerator", params=None) -> Annotated``: bind a frontend's
   params and place the ``fold_allow`` / ``fold_barrier`` that make any later fold follow
   ``policy``; ``.mod`` is the new module, ``.placed`` what was placed
+- ``release_barriers(mod)`` / ``ReleaseBarriers()`` and ``partition(mod, partition_fn) ->
+  Partitioned``: right before a backend's partitioner, the barriers go and nothing folds
 - ``allow_constant_qnn(mod) -> IRModule``: wrap the constant QNN subgraphs
   ``FakeQuantizationToInteger`` leaves in ``fold_allow``
 
 >>> import fold_guard.relay as fgr
 >>> sorted(name for name in fgr.__all__ if name[0].isupper())
-['FoldConstant', 'FoldResult']
+['FoldConstant', 'FoldResult', 'ReleaseBarriers']
 """
 
 # Importing _compat refuses a TVM without Relay, or a release this adapter does not know.
@@ -35,15 +37,19 @@ _register_ops()
 
 from ._annotate import allow_constant_qnn, annotate  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, fold_function, plan  # noqa: E402
+from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
 __all__ = [
     "FoldConstant",
     "FoldResult",
+    "ReleaseBarriers",
     "allow_constant_qnn",
     "annotate",
     "fold",
     "fold_allow",
     "fold_barrier",
     "fold_function",
+    "partition",
     "plan",
+    "release_barriers",
 ]

@@ -1,22 +1,22 @@
-"""Annotation helpers for Relay: make a module carry a policy's decisions as fold_barrier / fold_allow."""
+"""Annotation helpers for Relay: make a module carry a policy's decisions through stock Relay flows."""
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tvm
 from tvm import relay
 
-from .._core.annotate import Annotated, placements
+from .._core.annotate import Annotated, Placement, placements
 from .._core.errors import PreconditionError
 from .._core.graph import Annotation
 from .._core.planner import plan_folds
-from .._core.policy import DEFAULT_POLICY, PolicySpec
+from .._core.policy import DEFAULT_POLICY, FOLD_QNN_POLICY, PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
 from ._ops import fold_allow, fold_barrier
-from ._pass import analyse, module_like
+from ._pass import Analysis, analyse, fold, module_like
 from ._rewrite import substitute_calls
 
 __all__ = ["allow_constant_qnn", "annotate"]
@@ -29,21 +29,27 @@ def annotate(
     policy: PolicySpec = "qdq-accelerator",
     params: Optional[Mapping[str, object]] = None,
 ) -> Annotated:
-    """Place the annotations that make any later fold follow ``policy``; return them with the module.
+    """Make ``mod`` carry ``policy`` through any stock Relay flow; return it with what was placed.
 
     Meant for a module fresh from a frontend: ``relay.frontend.from_onnx`` of a QDQ model,
     ``from_tflite`` of a quantized one, or the output of ``FakeQuantizationToInteger``. ``params``
     (what the frontend returned beside the module) are bound into ``main`` as constants first,
     since weights passed as parameters are not constants and nothing about them could fold.
 
-    - ``fold_allow`` around the root of each constant subgraph ``policy`` folds and the default
-      keeps (``qnn.quantize(<fp32 weight>)`` under ``qdq-accelerator``): one plain
-      ``fold_guard.relay.FoldConstant()`` later folds it into an int8 constant.
-    - ``fold_barrier`` on the first operand of each call ``policy`` keeps by a rule of its own
-      although stock would fold it (under ``weights-only``, a constant computation that is not a
-      weight): it then survives every ``FoldConstant``, stock ones included.
+    No stock Relay pass knows ``fold_allow``, and ``relay.build`` / ``relay.vm.compile`` lower
+    every QNN op and then fold, so the result is written for them:
 
-    ``mod`` is not changed. The result is type-checked.
+    - what ``policy`` folds is evaluated now (``qnn.quantize(<fp32 weight>)`` becomes an int8
+      constant under ``qdq-accelerator``): a stock ``FoldConstant()`` and a backend's partitioner
+      then see what ``fold(mod, policy=policy)`` gives them;
+    - a ``fold_barrier`` goes on the first operand of each call ``policy`` keeps by a rule of its
+      own that a fold after QNN lowering would evaluate (``qnn.dequantize(<int8 weight>)``), so it
+      survives every ``FoldConstant``, ``relay.build`` and ``relay.vm.compile``: the built module
+      holds the int8 weight and computes the same output. Release the barriers right before a
+      backend's partitioner with :func:`partition`.
+
+    ``mod`` is not changed. The result is type-checked. :func:`allow_constant_qnn` marks what a
+    policy folds with ``fold_allow`` instead, for ``fold_guard.relay.FoldConstant`` to fold later.
 
     Examples
     --------
@@ -57,15 +63,30 @@ def annotate(
     >>> w_dq = relay.qnn.op.dequantize(w_q, relay.const(0.05), relay.const(0))
     >>> mod = tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.dense(x, w_dq)))
     >>> annotated = fgr.annotate(mod, params={"w": np.ones((4, 4), "float32")})
-    >>> print(annotated.explain())
-    annotated for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier
-      main: fold_allow around %0 = qnn.quantize [fold-quantize-of-constant]
+    >>> print(annotated.explain())  # doctest: +NORMALIZE_WHITESPACE
+    annotated for policy 'qdq-accelerator': 0 fold_allow, 1 fold_barrier
+      main: fold_barrier on qnn.dequantize argument 0: int8[4, 4]
+      (input 0 of %0 = qnn.dequantize) [keep-dequantize-of-integer-constant]
+    >>> print(annotated.mod["main"].body.args[1].args[0].op.name)  # on the int8 weight
+    fold_barrier
     """
     if params:
         mod = _bind_params(mod, params)
-    analysis = analyse(mod, policy, None, StepTimer())
+    # Step 1. Evaluate what the policy folds; what is left is what it keeps.
+    folded = fold(mod, policy=policy).mod
+    # Step 2. Barriers where a fold after QNN lowering (fold-qnn) would undo a keep.
+    analysis = analyse(folded, policy, None, StepTimer())
     graph = analysis.graph
-    placed = placements(plan_folds(graph, analysis.policy), plan_folds(graph, DEFAULT_POLICY))
+    placed = placements(
+        plan_folds(graph, analysis.policy),
+        plan_folds(graph, DEFAULT_POLICY),
+        later=plan_folds(graph, FOLD_QNN_POLICY),
+    )
+    return _place(analysis, placed)
+
+
+def _place(analysis: Analysis, placed: Tuple[Placement, ...]) -> Annotated:
+    """``analysis.mod`` with ``placed`` written in, type-checked."""
     if not placed:
         return Annotated(analysis.mod, placed, analysis.policy.name)
     wrap: Dict[relay.Call, Callable[[relay.Expr], relay.Expr]] = {}
@@ -95,7 +116,7 @@ def allow_constant_qnn(mod: tvm.IRModule) -> tvm.IRModule:
     chain at once. After this helper one ``fold_guard.relay.FoldConstant()`` folds exactly these
     subgraphs into integer constants, and what it marks is visible in the module. A subgraph is
     wrapped at its root (the call whose result leaves the constant part of the graph); barriers are
-    respected, and ``mod`` itself is not changed. Same as ``annotate(mod, policy="fold-qnn").mod``.
+    respected, and ``mod`` itself is not changed.
 
     Examples
     --------
@@ -109,7 +130,10 @@ def allow_constant_qnn(mod: tvm.IRModule) -> tvm.IRModule:
     >>> print(fgr.allow_constant_qnn(mod)["main"].body.args[1].op.name)
     fold_allow
     """
-    return annotate(mod, policy="fold-qnn").mod
+    analysis = analyse(mod, FOLD_QNN_POLICY, None, StepTimer())
+    graph = analysis.graph
+    placed = placements(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY))
+    return _place(analysis, placed).mod
 
 
 def _guard_first_operand(call: relay.Call) -> relay.Call:

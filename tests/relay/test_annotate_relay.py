@@ -33,32 +33,54 @@ def _count(mod: tvm.IRModule, op_name: str, *, constant_arg: bool = False) -> in
 # ----------------------------------------------------------------------------------- golden IR
 
 
-def test_params_are_bound_and_the_weight_quantize_is_allowed():
+def _quantized(weight: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(weight / SCALE) + ZERO, -128, 127).astype("int8")
+
+
+def test_params_are_bound_the_weight_quantize_evaluated_and_its_dequantize_guarded():
+    """
+    dense(x, dequantize(quantize(%w)))   params={"w": W}
+      ==> dense(x, dequantize(fold_barrier(<int8: quantize(W)>)))
+    (evaluated now: no stock pass knows fold_allow; guarded: relay.build would fold the dequantize)
+    """
     mod = tvm.IRModule.from_expr(_qdq_dense(relay.var("w", shape=(4, 4), dtype="float32")))
     annotated = fgr.annotate(mod, params={"w": W}, policy="qdq-accelerator")
 
     x = relay.var("x", shape=(1, 4), dtype="float32")
-    w_q = relay.qnn.op.quantize(
-        relay.const(W), relay.const(SCALE), relay.const(ZERO), out_dtype="int8"
+    w_dq = relay.qnn.op.dequantize(
+        fgr.fold_barrier(relay.const(_quantized(W))), relay.const(SCALE), relay.const(ZERO)
     )
-    w_dq = relay.qnn.op.dequantize(fgr.fold_allow(w_q), relay.const(SCALE), relay.const(ZERO))
     expected = relay.transform.InferType()(
         tvm.IRModule.from_expr(relay.Function([x], relay.nn.dense(x, w_dq)))
     )
     tvm.ir.assert_structural_equal(annotated.mod, expected, map_free_vars=True)
     assert [(p.annotation, p.op, p.rule) for p in annotated.placed] == [
-        (Annotation.ALLOW, "qnn.quantize", "fold-quantize-of-constant")
+        (Annotation.BARRIER, "qnn.dequantize", "keep-dequantize-of-integer-constant")
     ]
-    # a plain fold_guard FoldConstant() now gives the int8 weight; the dequantize stays for the backend
-    folded = fgr.FoldConstant()(annotated.mod)
-    assert (
-        _count(folded, "qnn.quantize") == 0
-        and _count(folded, "qnn.dequantize", constant_arg=True) == 1
+    # released, it is exactly what fold gives; stock FoldConstant, even fold_qnn=True, changes nothing
+    bound = relay.transform.InferType()(
+        tvm.IRModule.from_expr(relay.build_module.bind_params_by_name(mod["main"], {"w": W}))
     )
-    assert folded["main"].body.args[1].args[0].data.dtype == "int8"
+    tvm.ir.assert_structural_equal(
+        fgr.release_barriers(annotated.mod), fgr.fold(bound, policy="qdq-accelerator").mod
+    )
+    for stock in (relay.transform.FoldConstant(), relay.transform.FoldConstant(fold_qnn=True)):
+        tvm.ir.assert_structural_equal(stock(annotated.mod), annotated.mod)
+
+
+def test_a_policy_that_keeps_nothing_the_build_folds_places_nothing():
+    """fold-qnn folds every constant QNN call: annotate is then fold, with no annotation left."""
+    mod = tvm.IRModule.from_expr(_qdq_dense(relay.const(W)))
+    annotated = fgr.annotate(mod, policy="fold-qnn")
+    assert annotated.placed == ()
+    tvm.ir.assert_structural_equal(annotated.mod, fgr.fold(mod, policy="fold-qnn").mod)
 
 
 def test_weights_only_puts_a_barrier_on_a_constant_that_is_not_a_weight():
+    """
+    dense(x, exp(W)) * (x + exp(W))  ==>  dense(x, <exp(W)>) * (x + exp(fold_barrier(W)))
+    (the weight is evaluated now; the other exp is kept, and a barrier keeps it from stock folds)
+    """
     x = relay.var("x", shape=(4, 4), dtype="float32")
     weight = relay.exp(relay.const(W))
     shift = relay.exp(relay.const(W))
@@ -67,15 +89,19 @@ def test_weights_only_puts_a_barrier_on_a_constant_that_is_not_a_weight():
     )
     annotated = fgr.annotate(mod, policy="weights-only")
 
+    folded_weight = fgr.fold(mod, policy="weights-only").mod["main"].body.args[0].args[1]
+    assert isinstance(folded_weight, relay.Constant)
     expected_shift = relay.exp(fgr.fold_barrier(relay.const(W)))
     expected = tvm.IRModule.from_expr(
-        relay.Function([x], relay.multiply(relay.nn.dense(x, weight), relay.add(x, expected_shift)))
+        relay.Function(
+            [x], relay.multiply(relay.nn.dense(x, folded_weight), relay.add(x, expected_shift))
+        )
     )
     tvm.ir.assert_structural_equal(
         annotated.mod, relay.transform.InferType()(expected), map_free_vars=True
     )
     assert [(p.op, p.rule) for p in annotated.placed] == [("exp", "keep-non-weight-constants")]
-    # stock FoldConstant folds the weight only: the barrier holds through it
+    # the barrier holds through stock FoldConstant
     stock = relay.transform.FoldConstant()(annotated.mod)
     assert _count(stock, "exp") == 1 and _count(stock, "fold_barrier") == 1
 
@@ -104,11 +130,18 @@ def test_unknown_params_are_a_clear_error_and_leave_the_module_alone():
     assert tvm.ir.save_json(mod) == before
 
 
-def test_allow_constant_qnn_is_annotate_with_fold_qnn():
+def test_allow_constant_qnn_marks_what_fold_qnn_folds():
+    """dense(x, dequantize(quantize(W))) ==> dense(x, fold_allow(dequantize(quantize(W))))"""
     mod = tvm.IRModule.from_expr(_qdq_dense(relay.const(W)))
-    tvm.ir.assert_structural_equal(
-        fgr.allow_constant_qnn(mod), fgr.annotate(mod, policy="fold-qnn").mod
+    marked = fgr.allow_constant_qnn(mod)
+    x = relay.var("x", shape=(1, 4), dtype="float32")
+    w_q = relay.qnn.op.quantize(
+        relay.const(W), relay.const(SCALE), relay.const(ZERO), out_dtype="int8"
     )
+    w_dq = fgr.fold_allow(relay.qnn.op.dequantize(w_q, relay.const(SCALE), relay.const(ZERO)))
+    expected = tvm.IRModule.from_expr(relay.Function([x], relay.nn.dense(x, w_dq)))
+    tvm.ir.assert_structural_equal(marked, relay.transform.InferType()(expected))
+    tvm.ir.assert_structural_equal(fgr.FoldConstant()(marked), fgr.fold(mod, policy="fold-qnn").mod)
 
 
 # ----------------------------------------------------------------------------------- from_onnx
@@ -124,21 +157,21 @@ def onnx_import():
     return model, mod, params
 
 
-def test_from_onnx_annotation_allows_every_weight_quantize(onnx_import):
+def test_from_onnx_annotation_evaluates_every_weight_quantize(onnx_import):
     model, mod, params = onnx_import
     annotated = fgr.annotate(mod, params=params, policy="qdq-accelerator")
     bound = onnx_models.import_relay(model)
     weight_quantizes = _count(bound, "qnn.quantize", constant_arg=True)
     assert weight_quantizes == 5
-    assert len(annotated.allows) == weight_quantizes and not annotated.barriers
-    assert {p.op for p in annotated.placed} == {"qnn.quantize"}
-
-    folded = fgr.FoldConstant()(annotated.mod)  # the default policy: the annotations decide
-    assert _count(folded, "qnn.quantize", constant_arg=True) == 0
-    assert _count(folded, "fold_allow") == 0
-    # weights and biases: every dequantize of an integer constant is still there
-    assert _count(folded, "qnn.dequantize", constant_arg=True) == 2 * weight_quantizes
-    # stock folds nothing QNN here, and fold_qnn=True folds the dequantize too
+    assert _count(annotated.mod, "qnn.quantize", constant_arg=True) == 0
+    # weights and biases: every dequantize of an integer constant stays, behind a barrier
+    assert len(annotated.barriers) == 2 * weight_quantizes and not annotated.allows
+    assert {p.op for p in annotated.placed} == {"qnn.dequantize"}
+    assert _count(annotated.mod, "fold_barrier") == 2 * weight_quantizes
+    # stock FoldConstant, even with fold_qnn=True, now keeps them: the policy travels in the IR
+    for stock in (relay.transform.FoldConstant(), relay.transform.FoldConstant(fold_qnn=True)):
+        assert _count(stock(annotated.mod), "fold_barrier") == 2 * weight_quantizes
+    # unannotated, stock folds nothing QNN, and fold_qnn=True folds the dequantize too
     assert (
         _count(relay.transform.FoldConstant()(bound), "qnn.quantize", constant_arg=True)
         == weight_quantizes
@@ -157,7 +190,7 @@ def test_from_onnx_annotated_module_runs_bit_identical(onnx_import):
     annotated = fgr.annotate(mod, params=params, policy="qdq-accelerator").mod
     feed = onnx_models.sample_input()
     reference = onnx_models.run_relay(onnx_models.import_relay(model), feed)[0]
-    for candidate in (annotated, fgr.FoldConstant()(annotated)):
+    for candidate in (annotated, relay.transform.FoldConstant()(annotated)):
         np.testing.assert_array_equal(onnx_models.run_relay(candidate, feed)[0], reference)
     ort = onnx_models.run_onnxruntime(model, feed)[0]
     np.testing.assert_allclose(reference, ort, rtol=0, atol=onnx_models.output_atol(model))
@@ -178,10 +211,10 @@ def test_a_registered_backend_policy_is_accepted_wherever_a_policy_is():
             fgr.fold_function(mod["main"], policy="my-npu"), folded["main"]
         )
         annotated = fgr.annotate(mod, policy="my-npu")
-        assert annotated.policy_name == "my-npu" and [p.op for p in annotated.allows] == [
-            "qnn.quantize"
+        assert annotated.policy_name == "my-npu" and [p.op for p in annotated.barriers] == [
+            "qnn.dequantize"
         ]
-        tvm.ir.assert_structural_equal(fgr.FoldConstant()(annotated.mod), folded)
+        tvm.ir.assert_structural_equal(fgr.release_barriers(annotated.mod), folded)
     assert (
         _count(folded, "qnn.quantize") == 0
         and _count(folded, "qnn.dequantize", constant_arg=True) == 1
