@@ -22,6 +22,7 @@ from .._serial import serialized
 from . import _compat
 from ._ops import FOLD_BARRIER_OP
 from ._pass import _check_module as check_relax_module
+from ._stock import LIFT_STOP_OP
 
 __all__ = ["ReleaseBarriers", "partition", "release_barriers"]
 
@@ -36,9 +37,17 @@ def _is_barrier(expr: relax.Expr) -> bool:
     )
 
 
+def _is_lift_stop(expr: relax.Expr) -> bool:
+    return (
+        isinstance(expr, relax.Call)
+        and isinstance(expr.op, tvm.ir.Op)
+        and expr.op.name == LIFT_STOP_OP
+    )
+
+
 @mutator
 class _Releaser(PyExprMutator):
-    """Drops ``v = fold_barrier(a)`` and reads ``a`` wherever ``v`` was read.
+    """Drops ``v = fold_barrier(a)`` (and ``stop_lift_params``) and reads ``a`` wherever ``v`` was read.
 
     A constant operand is put straight into its users (``dequantize(<int8 const>)``: what
     ``is_const()`` matches and ``bind_constants`` binds); a barrier whose variable is visible
@@ -51,6 +60,11 @@ class _Releaser(PyExprMutator):
         self.released: List[relax.Expr] = []
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if _is_lift_stop(binding.value) and isinstance(binding.var, relax.DataflowVar):
+            # annotate's stop under a barrier on a weight parameter: its work is done once the
+            # weights are lifted, and it would hide the weight from the patterns just as well.
+            self.replacement[binding.var] = self.visit_expr(binding.value.args[0])
+            return
         if not _is_barrier(binding.value):
             super().visit_var_binding_(binding)
             return
@@ -84,7 +98,8 @@ def release_barriers(mod: tvm.IRModule) -> tvm.IRModule:
 
     The step right before a backend's partitioner: ``R.dequantize(R.fold_barrier(<int8 const>),
     s, zp)`` becomes ``R.dequantize(<int8 const>, s, zp)``, which unmodified pattern tables match
-    and ``FuseOpsByPattern(bind_constants=True)`` binds into the composite. Nothing may fold
+    and ``FuseOpsByPattern(bind_constants=True)`` binds into the composite. Where weights are
+    parameters, ``annotate``'s ``stop_lift_params`` under a barrier goes too. Nothing may fold
     afterwards (a stock ``FoldConstant`` would now fold the weight to fp32): prefer
     :func:`partition`, which also guards the partitioner.
 

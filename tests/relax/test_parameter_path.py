@@ -461,3 +461,24 @@ def test_real_model_shapes_run_bit_for_bit_after_lifting(name):
     out, _ = _run_lifted(lifted, inputs, weights)
     reference, _ = _run_lifted(relax.transform.LiftTransformParams()(mod), inputs, weights)
     np.testing.assert_array_equal(out, reference)
+
+
+def test_release_before_partitioning_drops_the_stop_with_the_barrier():
+    """Partitioning with weights as parameters: the pattern sees dequantize(<int8 parameter>)."""
+    for mod in (
+        QuantizedWeightAnnotated,
+        relax.transform.LiftTransformParams()(QuantizedWeightAnnotated),
+    ):
+        released = fgr.release_barriers(mod)
+        assert _op_names(released["main"]) == [
+            op
+            for op in _op_names(mod["main"])
+            if op not in ("relax.builtin.stop_lift_params", "relax.fold_barrier")
+        ]
+        dequantize = [
+            b.value
+            for block in released["main"].body.blocks
+            for b in block.bindings
+            if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.dequantize"
+        ][0]
+        assert str(dequantize.args[0].ty.dtype) == "int8"
