@@ -110,7 +110,7 @@ def _adapter(ir: str) -> Any:
 
 def _load(args: argparse.Namespace, progress: Progress) -> LoadedModel:
     progress.step(f"importing {os.path.basename(args.model)}")
-    return load_model(args.model, ir=args.ir, fq2i=args.fq2i, exec_py=args.exec_py)
+    return load_model(args.model, ir=args.ir, fq2i=args.fq2i, trust_model=args.trust_model)
 
 
 def _fold(model: LoadedModel, spec: PolicySpec, progress: Progress) -> Any:

@@ -6,9 +6,10 @@ missing external-data file or frontend package, a model the frontend cannot impo
 this TVM) becomes one :class:`CliError` line naming the file; what a frontend prints or warns on
 the way is folded into that line or dropped.
 
-Loading runs no code from the model file: a ``.py`` is parsed as TVMScript text, and run as a
-Python program only with ``exec_py=True`` (``--exec-py``). (A ``.pt2`` is read by
-``torch.export.load``, which reads tensors and a serialized graph, not pickled code.)
+Loading runs no code from the model file unless asked to (``trust_model=True``,
+``--trust-model``): a ``.py`` is parsed as TVMScript text, and run as a Python program only when
+trusted; a ``.pt2`` is read only when trusted, because ``torch.export.load`` unpickles parts of
+it (torch's own documentation: never load one from an untrusted source).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def require_relax() -> None:
 
 
 def load_model(
-    path: str, *, ir: str = "relax", fq2i: bool = False, exec_py: bool = False
+    path: str, *, ir: str = "relax", fq2i: bool = False, trust_model: bool = False
 ) -> LoadedModel:
     """Read ``path`` (format by suffix) into a module of ``ir``.
 
@@ -90,8 +91,9 @@ def load_model(
         The IR to import a model into; a JSON or TVMScript module must already be of it.
     fq2i : bool
         Relay only: run ``FakeQuantizationToInteger`` after the import.
-    exec_py : bool
-        Run a ``.py`` that is not TVMScript text as a Python program (it executes its code).
+    trust_model : bool
+        Allow the loading steps that can run code from the file: running a ``.py`` that is not
+        TVMScript text as a Python program, unpickling a ``.pt2``.
 
     Raises
     ------
@@ -125,11 +127,11 @@ def load_model(
     elif fmt == "json":
         mod = _load_json(path, _read(path))
     elif fmt == "tvmscript":
-        mod = _load_tvmscript(path, _read(path), exec_py)
+        mod = _load_tvmscript(path, _read(path), trust_model)
     elif fmt == "tflite":
         mod = _import_tflite(path, _read(path))
     else:
-        mod = _import_exported_program(path)
+        mod = _import_exported_program(path, trust_model)
     _check_ir(path, mod, ir)
     if fq2i:
         from tvm import relay
@@ -282,7 +284,12 @@ def _import_tflite(path: str, data: bytes) -> Any:
     return _frontend_call(convert, path, "TFLite")
 
 
-def _import_exported_program(path: str) -> Any:
+def _import_exported_program(path: str, trust_model: bool) -> Any:
+    if not trust_model:
+        raise CliError(
+            f"{path}: torch.export.load unpickles an ExportedProgram, which can run code from "
+            "the file; pass --trust-model to read one you trust"
+        )
     try:
         import torch
     except ImportError as err:
@@ -335,7 +342,7 @@ def _load_json(path: str, data: bytes) -> Any:
         raise CliError(f"{path}: not a TVM JSON file: {_last_line(err)}") from err
 
 
-def _load_tvmscript(path: str, data: bytes, exec_py: bool) -> Any:
+def _load_tvmscript(path: str, data: bytes, trust_model: bool) -> Any:
     import tvm
 
     try:
@@ -348,17 +355,17 @@ def _load_tvmscript(path: str, data: bytes, exec_py: bool) -> Any:
             warnings.simplefilter("ignore")
             return tvm.script.from_source(text)
     except Exception as err:  # the parser raises diagnostics of many kinds
-        if not exec_py:
+        if not trust_model:
             raise CliError(
                 f"{path}: not TVMScript text ({_last_line(err)}); a Python program that builds "
-                "an IRModule is run only with --exec-py, which executes the file's code"
+                "an IRModule is run only with --trust-model, which executes the file's code"
             ) from err
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             namespace = runpy.run_path(path, run_name="__fold_guard_model__")
     except Exception as err:  # whatever the user's program raises
         raise CliError(
-            f"{path}: running it (--exec-py) failed: {type(err).__name__}: {_last_line(err)}"
+            f"{path}: running it (--trust-model) failed: {type(err).__name__}: {_last_line(err)}"
         ) from err
     modules = {name: value for name, value in namespace.items() if isinstance(value, tvm.IRModule)}
     if len(modules) != 1:

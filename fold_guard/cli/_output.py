@@ -58,6 +58,8 @@ class Outputs:
         exist or does not take a new file (tried by creating one, which also catches ``/proc``
         and read-only file systems, where permission bits alone say yes to root).
         """
+        if os.path.isdir(path):
+            raise CliError(f"{option} {path}: is a directory")
         if suffixes is not None and os.path.splitext(path)[1].lower() not in suffixes:
             raise CliError(f"{option} {path}: unknown output format; use {' or '.join(suffixes)}")
         for other in self._claims:
@@ -66,8 +68,6 @@ class Outputs:
                     f"{option} {path}: the same file as {other.option} {other.path}; "
                     "give each output its own path"
                 )
-        if os.path.isdir(path):
-            raise CliError(f"{option} {path}: is a directory")
         directory = _directory(path)
         if not os.path.isdir(directory):
             raise CliError(f"{option} {path}: directory {directory} does not exist")

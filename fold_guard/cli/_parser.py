@@ -60,9 +60,10 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 
 _EPILOG = """\
 MODEL is an ONNX file (.onnx; weights become constants, external data is read from beside the
-model), a TVM JSON file (.json, from tvm.ir.save_json), TVMScript text (.py, parsed, never run
-unless --exec-py), a TFLite flatbuffer (.tflite, needs the tflite package) or a saved PyTorch
-ExportedProgram (.pt2, from torch.export.save; needs torch).
+model), a TVM JSON file (.json, from tvm.ir.save_json), TVMScript text (.py: parsed, never run),
+a TFLite flatbuffer (.tflite; needs the tflite package) or a saved PyTorch ExportedProgram (.pt2,
+from torch.export.save; needs torch, and --trust-model: torch unpickles it). Nothing in MODEL is
+executed unless --trust-model is given.
 Exit status: 0 success, 1 `fold --check` found different outputs, 2 bad input (file, format,
 policy, option, output path; one line on stderr, nothing written), 3 an internal error (rerun
 with --debug for the traceback).
@@ -159,10 +160,11 @@ def _model_options(parser: argparse.ArgumentParser, *, policy_help: str) -> None
         "--fq2i", action="store_true", help="Relay: run FakeQuantizationToInteger after the import"
     )
     parser.add_argument(
-        "--exec-py",
+        "--trust-model",
         action="store_true",
-        help="a .py MODEL that is not TVMScript text is run as a Python program and the one "
-        "IRModule it defines is used: this executes the file's code, so only for files you trust",
+        help="allow what can run code from MODEL: a .py that is not TVMScript text is run as a "
+        "Python program (its one IRModule is used); a .pt2 is unpickled by torch.export.load. "
+        "Only for files you trust",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="list every decision, not only the summary"
