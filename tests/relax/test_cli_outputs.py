@@ -154,7 +154,7 @@ def test_a_run_that_succeeds_writes_every_output_complete(tmp_path, models, caps
     assert main(_argv(args, models["small"], out)) == 0, capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == sorted(files.values())
     folded = fgr.fold(Small).mod
-    for option, name in files.items():
+    for name in files.values():
         text = (out / name).read_text()
         if name == "r.json":
             assert json.loads(text)["calls"] == 2
