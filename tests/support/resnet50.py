@@ -17,7 +17,7 @@ __all__ = ["write_resnet50"]
 _BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _resnet50_bytes() -> bytes:
     if str(_BENCH) not in sys.path:
         sys.path.insert(0, str(_BENCH))
