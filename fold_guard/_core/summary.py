@@ -314,7 +314,11 @@ def format_decision(node: FoldNode, decision: FoldDecision, layer: Optional[str]
 
 def _names(names: Sequence[str]) -> str:
     # A layer's weight and bias are two calls of one name: name it once.
-    names = list(dict.fromkeys(names))
+    unique: List[str] = []
+    for name in names:
+        if name not in unique:
+            unique.append(name)
+    names = unique
     shown = ", ".join(names[:NAMES_PER_RULE])
     more = len(names) - NAMES_PER_RULE
     return shown + (f", ... ({more} more)" if more > 0 else "")

@@ -13,7 +13,7 @@ run-time value, so no policy could fold it). ``--only`` takes a group or a categ
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable, Tuple
+from typing import Dict, FrozenSet, Iterable, Set, Tuple
 
 from .._core.reasons import Reason
 
@@ -59,7 +59,7 @@ def group_of(reason: Reason) -> str:
 
 def selected(filters: Iterable[str]) -> FrozenSet[str]:
     """The categories ``--only`` names select (``kept`` is every category of that group)."""
-    chosen = set()
+    chosen: Set[str] = set()
     for name in filters:
         key = name.replace("-", "_")
         chosen.update(GROUPS.get(key, (key,)))

@@ -246,11 +246,11 @@ def _svg(
         '<g id="viewport"><g class="edges">',
     ]
     for source, target in edges:
-        a, b = boxes[source], boxes[target]
+        start, end = boxes[source], boxes[target]
         out.append(
             f'<line class="edge" data-from="{source}" data-to="{target}" '
-            f'x1="{a.x + a.width / 2:.0f}" y1="{a.y + _BOX_H:.0f}" '
-            f'x2="{b.x + b.width / 2:.0f}" y2="{b.y:.0f}"/>'
+            f'x1="{start.x + start.width / 2:.0f}" y1="{start.y + _BOX_H:.0f}" '
+            f'x2="{end.x + end.width / 2:.0f}" y2="{end.y:.0f}"/>'
         )
     out.append('</g><g class="nodes">')
     for b, box in enumerate(boxes):

@@ -112,8 +112,8 @@ def _tolerance(text: str) -> float:
     return value
 
 
-def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def _common() -> FoldGuardArgumentParser:
+    common = FoldGuardArgumentParser(add_help=False)
     common.add_argument(
         "--plugin",
         action="append",
