@@ -6,8 +6,9 @@ call with constant inputs shows their size, a folded call the size of its result
 
 The HTML page is for a real model (ResNet-50: 437 calls, 275 of them run-time only):
 
-- a *run-time chain* (calls that read no constant, each the only user of the one before) is one
-  box, so a layer's weights sit beside a short spine of run-time work;
+- a *run-time chain* (calls that read only run-time values, each the only user of the one
+  before, with the weights of one layer at most) is one box: ResNet-50's 275 run-time calls
+  become 69 boxes, about one per layer, each with its weights beside it;
 - search by layer, node, variable or op (Enter goes to the next match), zoom (wheel, buttons),
   pan (drag), "fit";
 - a filter by decision (the headline's groups and the legend's categories);
@@ -27,7 +28,7 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core.graph import Annotation, InputKind
 from .._core.planner import FoldPlan
@@ -83,44 +84,53 @@ def _call_caption(plan: FoldPlan, report: Mapping[str, Any], index: int) -> Tupl
     return title, " ".join(part for part in parts if part)
 
 
-def _chains(plan: FoldPlan) -> List[List[int]]:
-    """Calls grouped into run-time chains (a call alone is a chain of one), in graph order."""
+def _chains(plan: FoldPlan, report: Mapping[str, Any]) -> List[List[int]]:
+    """Calls grouped into run-time chains (a call alone is a chain of one), in graph order.
+
+    A chain continues while each call is the only user of the one before and reads no other
+    run-time value; it holds the constant inputs (weights, biases) of one layer at most, so each
+    layer's weights still point at a box of their own.
+    """
     nodes = plan.graph.nodes
     users = plan.graph.consumers()
     runtime = [category_of(d.reason) == "not_constant" for d in plan.decisions]
 
-    def runtime_inputs(index: int) -> List[int]:
+    def node_inputs(index: int, from_runtime: bool) -> List[int]:
         return [
             inp.source
             for inp in nodes[index].inputs
-            if inp.kind is InputKind.NODE and runtime[inp.source]
+            if inp.kind is InputKind.NODE and runtime[inp.source] is from_runtime
         ]
 
-    def continues(before: int, after: int) -> bool:
-        return (
-            runtime[before]
-            and runtime[after]
-            and list(users[before]) == [after]
-            and runtime_inputs(after) == [before]
-            and nodes[before].function == nodes[after].function
-        )
+    def weights_layer(index: int) -> Optional[str]:
+        return _layer(report, index) if node_inputs(index, False) else None
 
-    chain_of: Dict[int, List[int]] = {}
+    chain_of: Dict[int, int] = {}
     chains: List[List[int]] = []
+    chain_layer: List[Optional[str]] = []
     for node in nodes:
-        inputs = runtime_inputs(node.id)
-        if len(inputs) == 1 and continues(inputs[0], node.id):
-            chain = chain_of[inputs[0]]
-            chain.append(node.id)
+        before = node_inputs(node.id, True)
+        layer = weights_layer(node.id) if runtime[node.id] else None
+        if (
+            runtime[node.id]
+            and len(before) == 1
+            and list(users[before[0]]) == [node.id]
+            and nodes[before[0]].function == node.function
+            and (layer is None or chain_layer[chain_of[before[0]]] in (None, layer))
+        ):
+            index = chain_of[before[0]]
+            chains[index].append(node.id)
+            chain_layer[index] = chain_layer[index] or layer
         else:
-            chain = [node.id]
-            chains.append(chain)
-        chain_of[node.id] = chain
+            index = len(chains)
+            chains.append([node.id])
+            chain_layer.append(layer)
+        chain_of[node.id] = index
     return chains
 
 
 def _boxes(plan: FoldPlan, report: Mapping[str, Any], *, collapse: bool) -> List[_Box]:
-    groups = _chains(plan) if collapse else [[node.id] for node in plan.graph.nodes]
+    groups = _chains(plan, report) if collapse else [[node.id] for node in plan.graph.nodes]
     boxes = []
     for members in groups:
         if len(members) == 1:
