@@ -208,6 +208,13 @@ def _parse_onnx(path: str) -> Any:
     for tensor in external:
         location = next((e.value for e in tensor.external_data if e.key == "location"), "")
         data = os.path.join(base, location)
+        if os.path.commonpath([os.path.realpath(data), os.path.realpath(base)]) != os.path.realpath(
+            base
+        ):
+            raise CliError(
+                f"{path}: external data file {location!r} of tensor {tensor.name!r} is outside "
+                f"the model's directory {base}; refusing to read it"
+            )
         if not location or not os.path.isfile(data):
             raise CliError(
                 f"{path}: external data file {location!r} of tensor {tensor.name!r} not found "

@@ -99,6 +99,13 @@ def _write_inputs(tmp: Path) -> None:
         size_threshold=0,
     )
     (tmp / "external.onnx.data").unlink()
+    # A model whose external data points out of its directory (at a file that exists).
+    outside = onnx.load(str(tmp / "external.onnx"), load_external_data=False)
+    for tensor in outside.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../" + tmp.name + "/old.json"
+    (tmp / "existing_dir" / "outside.onnx").write_bytes(outside.SerializeToString())
 
 
 def _bad_inputs(tmp: Path, cnn: str) -> List[Tuple[str, List[str], str]]:
@@ -178,6 +185,11 @@ def _bad_inputs(tmp: Path, cnn: str) -> List[Tuple[str, List[str], str]]:
             "external data missing",
             ["inspect", str(tmp / "external.onnx")],
             "external data file 'external.onnx.data' of tensor",
+        ),
+        (
+            "external data outside the model's directory",
+            ["inspect", str(tmp / "existing_dir" / "outside.onnx")],
+            "is outside the model's directory",
         ),
         ("no Relay", ["inspect", cnn, "--ir", "relay"], "--ir relay: the installed TVM"),
         ("fq2i without Relay", ["inspect", cnn, "--fq2i"], "--fq2i: FakeQuantizationToInteger"),
