@@ -2,7 +2,7 @@
 
     README.md ──each ```python block──▶ python block.py (fresh interpreter, Relax environment)
                                         ==> exit 0 within the time budget
-    README.md ──the `fold-guard demo` output──▶ every line appears, in order, in what
+    README.md ──the `fold-guard demo` lines it shows──▶ each appears, in order, in what
                                                 `fold-guard demo` prints today (timings aside)
 
 Blocks run one by one, each in its own process and in a directory holding ``model.onnx`` (the
