@@ -29,6 +29,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "LayerNames",
     "decision_record",
+    "format_bytes",
     "format_decision",
     "format_summary",
     "summarize",
@@ -45,6 +46,23 @@ TOP_FOLDS = 5
 NAMES_PER_RULE = 6
 
 LayerNames = Mapping[Tuple[str, str], str]
+
+
+def format_bytes(nbytes: int) -> str:
+    """A byte count as a person reads it: exact below 1 KiB, else three significant digits.
+
+    >>> format_bytes(900), format_bytes(262144), format_bytes(37171), format_bytes(25972172)
+    ('900 B', '256 KiB', '36.3 KiB', '24.8 MiB')
+    """
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{nbytes} B"
+    digits = 0 if value >= 100 else 1 if value >= 10 else 2
+    return f"{value:.{digits}f} {unit}".replace(".00 ", " ").replace(".0 ", " ")
 
 
 def tensor_text(tensor: Optional[TensorInfo]) -> str:
@@ -305,6 +323,12 @@ def format_decision(node: FoldNode, decision: FoldDecision, layer: Optional[str]
 
 
 def _names(names: Sequence[str]) -> str:
+    # A layer's weight and bias are two calls of one name: name it once.
+    unique: List[str] = []
+    for name in names:
+        if name not in unique:
+            unique.append(name)
+    names = unique
     shown = ", ".join(names[:NAMES_PER_RULE])
     more = len(names) - NAMES_PER_RULE
     return shown + (f", ... ({more} more)" if more > 0 else "")
@@ -320,7 +344,7 @@ def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: boo
     >>> x = NodeInput(InputKind.RUNTIME, "input", t)
     >>> plan = plan_folds(FoldGraph((FoldNode(0, "relax.exp", "e", "main", (x,), (t,)),)), DEFAULT_POLICY)
     >>> print(format_summary(plan, summarize(plan), verbose=True))
-    policy 'default': 1 call, 0 folded, 1 kept
+    policy 'default': 1 call: 0 folded, 0 kept, 1 not constant
       by reason: 1 not constant
       by op:     relax.exp 1 (1 not constant)
     decisions:
@@ -330,15 +354,15 @@ def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: boo
     summary = cast(Summary, report)
     counts = summary["counts"]
     calls = summary["calls"]
+    # "kept" counts only calls a policy could have folded: those reading a run-time value are
+    # their own group (on a real model most calls), not decisions anybody made.
+    not_constant = counts["by_reason"].get(Reason.NOT_CONSTANT.name.lower(), 0)
     lifted = counts["by_action"].get("lift", 0)
     lines = [
-        f"policy {summary['policy']!r}: {calls} call{'' if calls == 1 else 's'}, "
-        f"{counts['by_action']['fold']} folded, {counts['by_action']['keep']} kept"
-        + (
-            f", {lifted} lifted ahead of run time (computed from weight parameters)"
-            if lifted
-            else ""
-        )
+        f"policy {summary['policy']!r}: {calls} call{'' if calls == 1 else 's'}: "
+        f"{counts['by_action']['fold']} folded, {counts['by_action']['keep'] - not_constant} kept, "
+        f"{not_constant} not constant"
+        + (f", {lifted} lifted ahead of run time (from weight parameters)" if lifted else "")
     ]
     texts = {reason.name.lower(): reason.text for reason in Reason}
     lines.append(
@@ -351,7 +375,7 @@ def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: boo
         )
     if summary["constant_bytes"] is not None:
         before, after = summary["constant_bytes"]["before"], summary["constant_bytes"]["after"]
-        lines.append(f"constants: {before} bytes before, {after} bytes after")
+        lines.append(f"constants: {format_bytes(before)} before, {format_bytes(after)} after")
     if summary["rules"]:
         lines.append("rules:")
         for rule in summary["rules"]:
@@ -379,7 +403,7 @@ def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: boo
         for fold in summary["largest_folds"]:
             name = fold["layer"] or fold["label"]
             lines.append(
-                f"  {name} = {fold['op']} -> {', '.join(fold['outputs'])} ({fold['nbytes']} bytes)"
+                f"  {name} = {fold['op']} -> {', '.join(fold['outputs'])} ({format_bytes(fold['nbytes'])})"
             )
     if summary["seconds"]:
         steps = ", ".join(

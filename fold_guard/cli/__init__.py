@@ -1,13 +1,17 @@
 """``fold-guard``: the command line of fold_guard (also ``python -m fold_guard``).
 
-One module per job: :mod:`._parser` (arguments), :mod:`._load` (model files), :mod:`._commands`
-(what each subcommand does with the library), :mod:`._output` (all-or-nothing writes),
-:mod:`._check` (``fold --check``), :mod:`._draw` (the picture), :mod:`._progress` (the progress
-bar). ``report.schema.json`` beside them is the JSON Schema of ``inspect --json``.
+One module per job: :mod:`._parser` (arguments; standard library only, so the console script's
+launcher ``_fold_guard_cli`` answers ``--help`` without importing TVM), :mod:`._load` (model
+files), :mod:`._layers` (which frontend node each call comes from), :mod:`._commands` (what each
+subcommand does with the library), :mod:`._output` (all-or-nothing writes), :mod:`._check`
+(``fold --check``), :mod:`._categories` (how decisions are grouped), :mod:`._draw` (the
+picture), :mod:`._progress` (the progress bar). ``report.schema.json`` beside them is the JSON
+Schema of ``inspect --json``.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Optional, Sequence, TextIO
@@ -15,7 +19,7 @@ from typing import Optional, Sequence, TextIO
 from .._core.errors import FoldGuardError
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
 
-__all__ = ["EXIT_INTERNAL", "SCHEMA_PATH", "main"]
+__all__ = ["EXIT_INTERNAL", "SCHEMA_PATH", "main", "run_parsed"]
 
 #: An error that is fold_guard's or TVM's, not the user's.
 EXIT_INTERNAL = 3
@@ -24,10 +28,15 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 
 def main(argv: Optional[Sequence[str]] = None, *, out: Optional[TextIO] = None) -> int:
     """Run ``fold-guard`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    from ._commands import run_command
     from ._parser import build_parser
 
-    args = build_parser().parse_args(argv)
+    return run_parsed(build_parser().parse_args(argv), out=out)
+
+
+def run_parsed(args: argparse.Namespace, *, out: Optional[TextIO] = None) -> int:
+    """Run the command ``args`` describes (from :func:`._parser.build_parser`); the exit status."""
+    from ._commands import run_command
+
     try:
         return run_command(args, out or sys.stdout)
     except (CliError, FoldGuardError) as err:

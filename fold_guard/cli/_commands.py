@@ -1,13 +1,16 @@
 """What each subcommand does, in terms of the library: load, fold / annotate / plan, report, write.
 
 No policy logic lives here: policies are resolved by the registry, decisions come from the
-adapters' ``fold`` / ``annotate`` / ``plan``, and the report from :mod:`fold_guard._core.summary`.
+adapters' ``fold`` / ``annotate``, and the report from :mod:`fold_guard._core.summary`. Every
+output is claimed before the work starts and written only once all of it succeeded
+(:class:`._output.Outputs`).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -15,32 +18,76 @@ import tempfile
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
 
 from .. import __version__
-from .._core.errors import FoldGuardError
-from .._core.policy import list_policies
-from .._core.summary import format_summary
+from .._core.policy import FoldPolicy, list_policies, with_budget
+from .._core.summary import format_decision, format_summary
 from . import _check
+from ._categories import category_of, selected
 from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError, closest
 from ._load import LoadedModel, load_model
-from ._output import MODULE_SUFFIXES, check_writable, module_text, write_atomically, write_json
+from ._output import MODULE_SUFFIXES, Outputs, module_text
 from ._progress import Progress
 
 __all__ = ["run_command"]
 
-PolicyNames = Union[str, List[str]]
+PolicySpec = Union[str, List[str], FoldPolicy]
 
 
-def load_plugins(modules: Sequence[str]) -> None:
-    """Import each ``--plugin`` module, which registers its policies when imported."""
-    for name in modules:
+def load_plugins(plugins: Sequence[str]) -> None:
+    """Import each ``--plugin`` (a module name, or a ``.py`` file), which registers its policies.
+
+    A module name is looked up on ``sys.path`` and then in the current directory (the console
+    script's ``sys.path`` does not hold it). Whatever the plugin raises while it is imported is
+    its author's error, not fold_guard's: one line, exit 2.
+    """
+    for plugin in plugins:
         try:
-            importlib.import_module(name)
-        except ImportError as err:
-            raise CliError(f"--plugin {name}: cannot import it: {err}") from err
-        except FoldGuardError as err:
-            raise CliError(f"--plugin {name}: {err}") from err
+            if plugin.endswith(".py") or os.sep in plugin:
+                _run_plugin_file(plugin)
+            else:
+                _import_plugin_module(plugin)
+        except CliError:
+            raise
+        except Exception as err:  # any failure of the plugin's own code
+            raise CliError(
+                f"--plugin {plugin}: importing it failed: {type(err).__name__}: {err}"
+            ) from err
 
 
-def policy_spec(names: Optional[Sequence[str]]) -> PolicyNames:
+def _import_plugin_module(name: str) -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        # Last, so a file in the current directory never shadows an installed module.
+        sys.path.append(cwd)
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise CliError(
+            f"--plugin {name}: no module named {name!r} on the Python path or in {cwd}; "
+            "give a file as --plugin path/to/plugin.py"
+        )
+    importlib.import_module(name)
+
+
+def _run_plugin_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise CliError(f"--plugin {path}: no such file")
+    name = "fold_guard_plugin_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CliError(f"--plugin {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    # Registered first, as an import would: a plugin's dataclasses and pickling look it up.
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
+def policy_spec(names: Optional[Sequence[str]], max_fold_bytes: Optional[int] = None) -> PolicySpec:
     """The ``--policy`` names as the library takes them, each checked against the registry."""
     names = list(names or ["default"])
     registered = [policy.name for policy in list_policies()]
@@ -50,7 +97,10 @@ def policy_spec(names: Optional[Sequence[str]]) -> PolicyNames:
                 f"--policy {name}: unknown policy{closest(name, registered)}; "
                 "`fold-guard policies` lists them (a backend's policies need --plugin MODULE)"
             )
-    return names[0] if len(names) == 1 else names
+    spec: PolicySpec = names[0] if len(names) == 1 else names
+    if max_fold_bytes is not None:
+        spec = with_budget(spec, max_fold_bytes)
+    return spec
 
 
 def _adapter(ir: str) -> Any:
@@ -60,16 +110,18 @@ def _adapter(ir: str) -> Any:
 
 def _load(args: argparse.Namespace, progress: Progress) -> LoadedModel:
     progress.step(f"importing {os.path.basename(args.model)}")
-    return load_model(args.model, ir=args.ir, fq2i=args.fq2i)
+    return load_model(args.model, ir=args.ir, fq2i=args.fq2i, trust_model=args.trust_model)
 
 
-def _fold(model: LoadedModel, spec: PolicyNames, progress: Progress) -> Any:
+def _fold(model: LoadedModel, spec: PolicySpec, progress: Progress) -> Any:
     progress.step("planning and folding")
     return _adapter(model.ir).fold(model.mod, policy=spec, strict=False)
 
 
 def _report(model: LoadedModel, result: Any) -> Dict[str, Any]:
     report = result.report.to_dict(layers=model.layers)
+    for record in report["decisions"]:
+        record["source"] = model.sources.get((record["function"], record["label"]))
     report["model"] = {"path": model.path, "format": model.format, "ir": model.ir}
     report["tool"] = {"name": "fold-guard", "version": __version__}
     return report
@@ -79,52 +131,76 @@ def _emit(out: TextIO, text: str) -> None:
     out.write(text if text.endswith("\n") else text + "\n")
 
 
+def _text(result: Any, report: Dict[str, Any], args: argparse.Namespace) -> str:
+    """The grouped summary; with ``-v`` every decision, or those ``--only`` selects."""
+    lines = [format_summary(result.plan, report)]
+    if args.verbose or args.only:
+        wanted = selected(args.only) if args.only else None
+        shown = [
+            format_decision(node, decision, _layer_text(record))
+            for node, decision, record in zip(
+                result.plan.graph.nodes, result.plan.decisions, report["decisions"]
+            )
+            if wanted is None or category_of(decision.reason) in wanted
+        ]
+        which = f" ({', '.join(args.only)}: {len(shown)})" if args.only else ""
+        lines.append(f"decisions{which}:")
+        lines.extend("  " + line for line in shown)
+    return "\n".join(lines)
+
+
+def _layer_text(record: Dict[str, Any]) -> Optional[str]:
+    """``conv0``, or ``conv0: conv0.weight_DequantizeLinear`` where the node is not the layer."""
+    layer, source = record["layer"], record.get("source")
+    return f"{layer}: {source}" if layer and source and source != layer else layer
+
+
 def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
-    spec = policy_spec(args.policy)
+    spec = policy_spec(args.policy, args.max_fold_bytes)
     with Progress(["import", "fold"], quiet=args.quiet) as progress:
         model = _load(args, progress)
         result = _fold(model, spec, progress)
     report = _report(model, result)
     if args.json:
-        _emit(
-            out, json.dumps(report)
-        )  # one line: indent switches json to its slow pure-Python encoder
+        # One line: indent switches json to its slow pure-Python encoder.
+        _emit(out, json.dumps(report))
     else:
         _emit(out, f"{model.path} ({model.format}, {model.ir})")
-        _emit(out, format_summary(result.plan, report, verbose=args.verbose))
+        _emit(out, _text(result, report, args))
     return EXIT_OK
 
 
 def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
-    spec = policy_spec(args.policy)
-    # Refuse a bad OUT before the (slow) work, and write nothing until everything succeeded.
-    check_writable(args.output, "-o")
-    if os.path.splitext(args.output)[1].lower() not in MODULE_SUFFIXES:
-        raise CliError(
-            f"-o {args.output}: unknown output format; use .json (tvm.ir.save_json) or .py (TVMScript)"
-        )
+    spec = policy_spec(args.policy, args.max_fold_bytes)
+    # Refuse a bad output before the (slow) work; write nothing until everything succeeded.
+    outputs = Outputs()
+    outputs.claim("-o", args.output, MODULE_SUFFIXES)
     if args.report:
-        check_writable(args.report, "--report")
+        outputs.claim("--report", args.report, (".json",))
+    if args.output.lower().endswith(".py") and args.ir != "relax":
+        raise CliError(
+            f"-o {args.output}: TVMScript output is for Relax modules; write a Relay module as .json"
+        )
     steps = (
         ["import", "fold"]
         + (["annotate"] if args.annotate else [])
         + (["check"] if args.check else [])
     )
+    annotated = check = None
     with Progress(steps, quiet=args.quiet) as progress:
         model = _load(args, progress)
         result = _fold(model, spec, progress)
         written = result.mod
         if args.annotate:
             progress.step("annotating")
-            annotated = _annotate(model, spec)
+            annotated = _adapter(model.ir).annotate(model.mod, policy=spec)
             written = annotated.mod
-        text = module_text(written, args.output, model.ir)
-        check = None
+        texts = {"-o": module_text(written, args.output, model.ir)}
         if args.check:
             progress.step("compiling and running before/after")
             check = _run_check(model, written, args.seed, args.atol)
     report = _report(model, result)
-    if args.annotate:
+    if annotated is not None:
         report["annotations"] = {
             "fold_allow": len(annotated.allows),
             "fold_barrier": len(annotated.barriers),
@@ -136,27 +212,22 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
             "atol": check.atol,
             "seed": args.seed,
         }
-    if check is not None and not check.ok:
-        print(
-            f"fold-guard: {args.model}: {check}; nothing written to {args.output}", file=sys.stderr
-        )
-        return EXIT_CHECK_FAILED
-    write_atomically(args.output, text, "-o")
+        if not check.ok:
+            print(f"fold-guard: {args.model}: {check}; nothing was written", file=sys.stderr)
+            return EXIT_CHECK_FAILED
     if args.report:
-        write_json(args.report, report, "--report")
+        texts["--report"] = json.dumps(report) + "\n"
+    outputs.commit(texts)
     if not args.quiet:
-        what = "annotated" if args.annotate else "folded"
-        _emit(out, f"wrote the {what} module to {args.output}")
-        if args.annotate:
+        what = "annotated" if annotated is not None else "folded"
+        also = f" and the report to {args.report}" if args.report else ""
+        _emit(out, f"wrote the {what} module to {args.output}{also}")
+        if annotated is not None:
             _emit(out, annotated.explain().splitlines()[0])
-        _emit(out, format_summary(result.plan, report, verbose=args.verbose))
+        _emit(out, _text(result, report, args))
         if check is not None:
             _emit(out, str(check))
     return EXIT_OK
-
-
-def _annotate(model: LoadedModel, spec: PolicyNames) -> Any:
-    return _adapter(model.ir).annotate(model.mod, policy=spec)
 
 
 def _run_check(model: LoadedModel, after: Any, seed: int, atol: float) -> _check.CheckResult:
@@ -171,21 +242,20 @@ def _run_check(model: LoadedModel, after: Any, seed: int, atol: float) -> _check
 def cmd_draw(args: argparse.Namespace, out: TextIO) -> int:
     from ._draw import render_html, render_svg
 
-    spec = policy_spec(args.policy)
-    suffix = os.path.splitext(args.output)[1].lower()
-    check_writable(args.output, "-o")
-    if suffix not in (".html", ".svg"):
-        raise CliError(f"-o {args.output}: draw writes .html or .svg")
+    spec = policy_spec(args.policy, args.max_fold_bytes)
+    outputs = Outputs()
+    outputs.claim("-o", args.output, (".html", ".svg"))
     with Progress(["import", "fold", "draw"], quiet=args.quiet) as progress:
         model = _load(args, progress)
         result = _fold(model, spec, progress)
         progress.step("drawing")
         title = f"fold-guard plan of {os.path.basename(model.path)}"
-        if suffix == ".svg":
-            text = render_svg(result.plan, model.layers, title=title)
+        report = _report(model, result)
+        if args.output.lower().endswith(".svg"):
+            text = render_svg(result.plan, report, title=title)
         else:
-            text = render_html(result.plan, model.layers, _report(model, result), title=title)
-    write_atomically(args.output, text, "-o")
+            text = render_html(result.plan, report, title=title)
+    outputs.commit({"-o": text})
     if not args.quiet:
         _emit(out, f"wrote {len(result.plan.decisions)} calls to {args.output}")
     return EXIT_OK

@@ -1,13 +1,24 @@
-"""``fold-guard draw``: the dataflow graph of a plan as a self-contained SVG or HTML page.
+"""``fold-guard draw``: the dataflow graph of a plan as a self-contained HTML page or SVG.
 
-Every call is one box coloured by its decision (:data:`CATEGORIES`); an edge joins a call to each
-call it reads. Barriers are drawn as a thick bar-shaped box, allows with a dashed outline; a
-call's constant inputs and a folded call's result show their size. Hovering a box shows its
-reason, rule, layer and shapes (an SVG ``<title>``, and in the HTML page an info panel).
+Every call is a box coloured by its decision (:data:`._categories.CATEGORIES`); an edge joins a
+call to each call it reads. Barriers are drawn with a thick outline, allows with a dashed one; a
+call with constant inputs shows their size, a folded call the size of its result (never cut).
 
-Nothing is fetched: the styles and the few lines of script are written into the file, so it
-opens offline. The layout is a plain layered one (a call sits one row below its deepest input,
-in graph order within a row), which is linear in the number of calls and edges.
+The HTML page is for a real model (ResNet-50: 437 calls, 275 of them run-time only):
+
+- a *run-time chain* (calls that read only run-time values, each the only user of the one
+  before, with the weights of one layer at most) is one box: ResNet-50's 275 run-time calls
+  become 69 boxes, about one per layer, each with its weights beside it;
+- search by layer, node, variable or op (Enter goes to the next match), zoom (wheel, buttons),
+  pan (drag), "fit";
+- a filter by decision (the headline's groups and the legend's categories);
+- details of a call, or of a chain's calls, on click.
+
+The SVG is the static picture: one box per call, details in each box's ``<title>``.
+
+Nothing is fetched: styles and script are written into the file, so it opens offline. The layout
+is layered (a box sits one row below its deepest input; constant chains move down to just above
+their first user, beside the layer that reads them), linear in the number of calls and edges.
 
 This module reads the plan and its summary only; it imports no TVM.
 """
@@ -16,96 +27,49 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core.graph import Annotation, InputKind
 from .._core.planner import FoldPlan
-from .._core.reasons import Reason
-from .._core.summary import tensor_text
+from .._core.summary import format_bytes, tensor_text
+from ._categories import CATEGORIES, GROUPS, category_of
 
-__all__ = ["CATEGORIES", "category_of", "render_html", "render_svg"]
+__all__ = ["render_html", "render_svg"]
 
-#: Decision category -> (legend text, fill colour). Order is the legend's.
-CATEGORIES: Dict[str, Tuple[str, str]] = {
-    "folded": ("folded", "#2e7d32"),
-    "kept_by_barrier": ("kept by a barrier", "#c62828"),
-    "kept_by_rule": ("kept by a rule", "#ef6c00"),
-    "kept_with_input": ("kept because an input was kept", "#ffcc80"),
-    "not_constant": ("not constant", "#cfd8dc"),
-    "unsupported": ("cannot be evaluated (unsupported, impure, dynamic shape, failed)", "#8e24aa"),
-}
-
-_BY_REASON = {
-    Reason.FOLDED: "folded",
-    Reason.KEPT_BY_BARRIER: "kept_by_barrier",
-    Reason.KEPT_BY_POLICY: "kept_by_rule",
-    Reason.OVER_BUDGET: "kept_by_rule",  # the max_fold_bytes rule
-    Reason.KEPT_WITH_INPUT: "kept_with_input",
-    Reason.NOT_CONSTANT: "not_constant",
-}
-
-_BOX_W, _BOX_H, _GAP_X, _GAP_Y, _MARGIN, _LEGEND_W = 168, 34, 18, 26, 16, 330
+_BOX_H, _GAP_X, _GAP_Y, _MARGIN = 34, 18, 28, 16
+_MIN_BOX_W = 120
+#: Width of one character of the 11 px sans-serif caption, a little generous so nothing overflows.
+_CHAR_W = 6.8
 
 
-def category_of(reason: Reason) -> str:
-    """The drawing category of a decision's reason (impure, dynamic shape, ... are "unsupported")."""
-    return _BY_REASON.get(reason, "unsupported")
+@dataclass
+class _Box:
+    """One drawn box: a call, or a run-time chain of several."""
+
+    members: List[int]
+    title: str
+    subtitle: str
+    category: str
+    annotation: str = ""
+    row: int = 0
+    x: float = 0.0
+    y: float = 0.0
+    width: float = _MIN_BOX_W
+
+    @property
+    def is_chain(self) -> bool:
+        return len(self.members) > 1
 
 
-def _size(nbytes: int) -> str:
-    if nbytes < 1024:
-        return f"{nbytes} B"
-    if nbytes < 1024 * 1024:
-        return f"{nbytes / 1024:.1f} KiB"
-    return f"{nbytes / 1024 / 1024:.1f} MiB"
+def _layer(report: Mapping[str, Any], node_id: int) -> str:
+    record = report["decisions"][node_id]
+    return record["layer"] or record["label"]
 
 
-def _layout(plan: FoldPlan) -> List[Tuple[int, int]]:
-    """(row, column) per node: below all its inputs and just above its first user, columns in order.
-
-    Rows first go one below the deepest input; then, from the end, each call with users moves
-    down to just above its nearest user, so a weight's constant chain sits beside the layer that
-    reads it rather than at the top of the picture.
-    """
-    rows: List[int] = []
-    for node in plan.graph.nodes:
-        depth = [rows[inp.source] + 1 for inp in node.inputs if inp.kind is InputKind.NODE]
-        rows.append(max(depth, default=0))
-    users = plan.graph.consumers()
-    for node in reversed(plan.graph.nodes):
-        if users[node.id]:
-            rows[node.id] = max(rows[node.id], min(rows[user] for user in users[node.id]) - 1)
-    columns: Dict[int, int] = {}
-    places = []
-    for row in rows:
-        places.append((row, columns.get(row, 0)))
-        columns[row] = columns.get(row, 0) + 1
-    return places
-
-
-def _hover(plan: FoldPlan, index: int, layer: Optional[str]) -> str:
+def _call_caption(plan: FoldPlan, report: Mapping[str, Any], index: int) -> Tuple[str, str]:
     node, decision = plan.graph.nodes[index], plan.decisions[index]
-    lines = [
-        f"{node.function}/{decision.label} = {decision.op}"
-        + (f"  [layer {layer}]" if layer else "")
-    ]
-    lines.append(f"{decision.reason.text}" + (f" [{decision.rule}]" if decision.rule else ""))
-    if decision.detail:
-        lines.append(decision.detail)
-    inputs = (
-        f"{inp.kind.value} {'' if inp.label == 'const' else inp.label + ' '}{tensor_text(inp.tensor)}"
-        for inp in node.inputs
-    )
-    lines.append("in: " + ", ".join(inputs))
-    lines.append("out: " + ", ".join(tensor_text(out) for out in node.outputs))
-    return "\n".join(lines)
-
-
-def _caption(plan: FoldPlan, index: int, layer: Optional[str]) -> Tuple[str, str]:
-    node, decision = plan.graph.nodes[index], plan.decisions[index]
-    op = decision.op.rsplit(".", 1)[-1]
-    name = layer or decision.label
-    top = f"{op} · {name}"
+    title = f"{decision.op.rsplit('.', 1)[-1]} · {_layer(report, index)}"
     const = sum(
         inp.tensor.nbytes or 0
         for inp in node.inputs
@@ -113,75 +77,240 @@ def _caption(plan: FoldPlan, index: int, layer: Optional[str]) -> Tuple[str, str
     )
     result = sum(out.nbytes or 0 for out in node.outputs)
     parts = [tensor_text(node.outputs[0]) if node.outputs else ""]
-    if decision.reason is Reason.FOLDED and result:
-        parts = [f"→ const {_size(result)}"]
+    if category_of(decision.reason) == "folded" and result:
+        parts = [f"→ const {format_bytes(result)}"]
     elif const:
-        parts.append(f"const {_size(const)}")
-    return (top[:28] + "…" if len(top) > 29 else top), " ".join(p for p in parts if p)[:34]
+        parts.append(f"const {format_bytes(const)}")
+    return title, " ".join(part for part in parts if part)
 
 
-def render_svg(plan: FoldPlan, layers: Mapping[Tuple[str, str], str], *, title: str = "") -> str:
-    """The plan's graph as a standalone SVG document (styles inside, no script)."""
-    return _svg(plan, layers, title=title, standalone=True)
+def _chains(plan: FoldPlan, report: Mapping[str, Any]) -> List[List[int]]:
+    """Calls grouped into run-time chains (a call alone is a chain of one), in graph order.
+
+    A chain continues while each call is the only user of the one before and reads no other
+    run-time value; it holds the constant inputs (weights, biases) of one layer at most, so each
+    layer's weights still point at a box of their own.
+    """
+    nodes = plan.graph.nodes
+    users = plan.graph.consumers()
+    runtime = [category_of(d.reason) == "not_constant" for d in plan.decisions]
+
+    def node_inputs(index: int, from_runtime: bool) -> List[int]:
+        return [
+            inp.source
+            for inp in nodes[index].inputs
+            if inp.kind is InputKind.NODE and runtime[inp.source] is from_runtime
+        ]
+
+    def weights_layer(index: int) -> Optional[str]:
+        return _layer(report, index) if node_inputs(index, False) else None
+
+    chain_of: Dict[int, int] = {}
+    chains: List[List[int]] = []
+    chain_layer: List[Optional[str]] = []
+    for node in nodes:
+        before = node_inputs(node.id, True)
+        layer = weights_layer(node.id) if runtime[node.id] else None
+        if (
+            runtime[node.id]
+            and len(before) == 1
+            and list(users[before[0]]) == [node.id]
+            and nodes[before[0]].function == node.function
+            and (layer is None or chain_layer[chain_of[before[0]]] in (None, layer))
+        ):
+            index = chain_of[before[0]]
+            chains[index].append(node.id)
+            chain_layer[index] = chain_layer[index] or layer
+        else:
+            index = len(chains)
+            chains.append([node.id])
+            chain_layer.append(layer)
+        chain_of[node.id] = index
+    return chains
+
+
+def _boxes(plan: FoldPlan, report: Mapping[str, Any], *, collapse: bool) -> List[_Box]:
+    groups = _chains(plan, report) if collapse else [[node.id] for node in plan.graph.nodes]
+    boxes = []
+    for members in groups:
+        if len(members) == 1:
+            index = members[0]
+            title, subtitle = _call_caption(plan, report, index)
+            annotation = plan.graph.nodes[index].annotation
+            boxes.append(
+                _Box(
+                    members,
+                    title,
+                    subtitle,
+                    category_of(plan.decisions[index].reason),
+                    {Annotation.BARRIER: "barrier", Annotation.ALLOW: "allow"}.get(annotation, ""),
+                )
+            )
+        else:
+            first, last = _layer(report, members[0]), _layer(report, members[-1])
+            title = first if first == last else f"{first} → {last}"
+            ops = [plan.decisions[i].op.rsplit(".", 1)[-1] for i in members]
+            boxes.append(
+                _Box(
+                    members,
+                    title,
+                    f"{len(members)} run-time calls: {ops[0]} … {ops[-1]}",
+                    "not_constant",
+                )
+            )
+    for box in boxes:
+        box.width = max(_MIN_BOX_W, 12 + _CHAR_W * max(len(box.title), len(box.subtitle)))
+    return boxes
+
+
+def _layout(plan: FoldPlan, boxes: List[_Box]) -> List[Tuple[int, int]]:
+    """Place the boxes (rows, then x within a row); return the edges between boxes."""
+    box_of = {member: b for b, box in enumerate(boxes) for member in box.members}
+    edges = sorted(
+        {
+            (box_of[inp.source], box_of[node.id])
+            for node in plan.graph.nodes
+            for inp in node.inputs
+            if inp.kind is InputKind.NODE and box_of[inp.source] != box_of[node.id]
+        }
+    )
+    inputs: List[List[int]] = [[] for _ in boxes]
+    users: List[List[int]] = [[] for _ in boxes]
+    for source, target in edges:
+        inputs[target].append(source)
+        users[source].append(target)
+    # Boxes are in graph order, so every input comes before its users.
+    for b, box in enumerate(boxes):
+        box.row = max((boxes[i].row + 1 for i in inputs[b]), default=0)
+    for b in reversed(range(len(boxes))):
+        if users[b]:
+            boxes[b].row = max(boxes[b].row, min(boxes[u].row for u in users[b]) - 1)
+    next_x: Dict[int, float] = {}
+    for box in boxes:
+        box.x = next_x.get(box.row, _MARGIN)
+        box.y = _MARGIN + box.row * (_BOX_H + _GAP_Y)
+        next_x[box.row] = box.x + box.width + _GAP_X
+    return edges
+
+
+def _details(plan: FoldPlan, report: Mapping[str, Any], index: int) -> Dict[str, Any]:
+    """Everything the page shows about one call, sizes in full."""
+    node, decision = plan.graph.nodes[index], plan.decisions[index]
+    record = report["decisions"][index]
+
+    def tensor(info: Any) -> str:
+        size = f" ({format_bytes(info.nbytes)})" if info is not None and info.nbytes else ""
+        return tensor_text(info) + size
+
+    return {
+        "id": index,
+        "call": f"{node.function}/{decision.label} = {decision.op}",
+        "layer": record["layer"],
+        "source": record.get("source"),
+        "category": category_of(decision.reason),
+        "reason": decision.reason.text,
+        "rule": decision.rule,
+        "detail": decision.detail,
+        "inputs": [
+            f"{inp.kind.value} {'' if inp.label == 'const' else inp.label + ' '}{tensor(inp.tensor)}"
+            for inp in node.inputs
+        ],
+        "outputs": [tensor(out) for out in node.outputs],
+    }
+
+
+def _hover(info: Mapping[str, Any]) -> str:
+    where = info["layer"] or ""
+    if info["source"] and info["source"] != info["layer"]:
+        where = f"{where}: {info['source']}"
+    rule = f" [{info['rule']}]" if info["rule"] else ""
+    lines = [info["call"] + (f"  [layer {where}]" if where else ""), info["reason"] + rule]
+    if info["detail"]:
+        lines.append(info["detail"])
+    lines.append("in: " + ", ".join(info["inputs"]))
+    lines.append("out: " + ", ".join(info["outputs"]))
+    return "\n".join(lines)
+
+
+def _search_text(plan: FoldPlan, report: Mapping[str, Any], members: Sequence[int]) -> str:
+    words = []
+    for index in members:
+        record = report["decisions"][index]
+        words += [record["label"], record["op"], record["layer"] or "", record.get("source") or ""]
+    return " ".join(word.lower() for word in words if word)
 
 
 def _svg(
-    plan: FoldPlan, layers: Mapping[Tuple[str, str], str], *, title: str, standalone: bool
-) -> str:
-    places = _layout(plan)
-    n_rows = 1 + max((row for row, _ in places), default=0)
-    n_cols = 1 + max((col for _, col in places), default=0)
-    legend_h = 28 + 20 * (len(CATEGORIES) + 2)
-    width = _MARGIN * 2 + max(n_cols * (_BOX_W + _GAP_X), _LEGEND_W)
-    top = _MARGIN + legend_h + 10
-    height = top + n_rows * (_BOX_H + _GAP_Y) + _MARGIN
-
-    def xy(index: int) -> Tuple[int, int]:
-        row, col = places[index]
-        return _MARGIN + col * (_BOX_W + _GAP_X), top + row * (_BOX_H + _GAP_Y)
-
+    plan: FoldPlan, report: Mapping[str, Any], *, title: str, collapse: bool, standalone: bool
+) -> Tuple[str, float, float]:
+    boxes = _boxes(plan, report, collapse=collapse)
+    edges = _layout(plan, boxes)
+    width = max((box.x + box.width for box in boxes), default=0) + _MARGIN
+    height = max((box.y + _BOX_H for box in boxes), default=0) + _MARGIN
+    infos = [_details(plan, report, index) for index in range(len(plan.decisions))]
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="plan" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="11">',
         f"<style>{_svg_style()}</style>" if standalone else "",
         f"<title>{html.escape(title)}</title>" if title else "",
-        _legend(),
-        '<g class="edges">',
+        '<g id="viewport"><g class="edges">',
     ]
-    for node in plan.graph.nodes:
-        x2, y2 = xy(node.id)
-        for inp in node.inputs:
-            if inp.kind is InputKind.NODE:
-                x1, y1 = xy(inp.source)
-                out.append(
-                    f'<line class="edge" data-from="{inp.source}" data-to="{node.id}" '
-                    f'x1="{x1 + _BOX_W // 2}" y1="{y1 + _BOX_H}" x2="{x2 + _BOX_W // 2}" y2="{y2}"/>'
-                )
-    out.append('</g><g class="nodes">')
-    for node, decision in zip(plan.graph.nodes, plan.decisions):
-        x, y = xy(node.id)
-        layer = layers.get((node.function, node.label))
-        category = category_of(decision.reason)
-        shape = {Annotation.BARRIER: " barrier", Annotation.ALLOW: " allow"}.get(
-            node.annotation, ""
-        )
-        first, second = _caption(plan, node.id, layer)
-        fill = CATEGORIES[category][1]
+    for source, target in edges:
+        start, end = boxes[source], boxes[target]
         out.append(
-            f'<g class="node {category}{shape}" data-id="{node.id}" data-category="{category}" '
-            f'data-reason="{decision.reason.name.lower()}" data-hover="{html.escape(_hover(plan, node.id, layer))}">'
-            f"<title>{html.escape(_hover(plan, node.id, layer))}</title>"
-            f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="{2 if shape else 5}" fill="{fill}"/>'
-            f'<text x="{x + 6}" y="{y + 14}">{html.escape(first)}</text>'
-            f'<text class="sub" x="{x + 6}" y="{y + 27}">{html.escape(second)}</text></g>'
+            f'<line class="edge" data-from="{source}" data-to="{target}" '
+            f'x1="{start.x + start.width / 2:.0f}" y1="{start.y + _BOX_H:.0f}" '
+            f'x2="{end.x + end.width / 2:.0f}" y2="{end.y:.0f}"/>'
         )
-    out.append("</g></svg>")
-    return "".join(part for part in out if part)
+    out.append('</g><g class="nodes">')
+    for b, box in enumerate(boxes):
+        members = ",".join(map(str, box.members))
+        if box.is_chain:
+            hover = f"{len(box.members)} run-time calls (click for each one):\n" + "\n".join(
+                infos[i]["call"] + f"  [{_layer(report, i)}]" for i in box.members
+            )
+            ident = f'class="node chain not_constant" data-members="{members}"'
+        else:
+            hover = _hover(infos[box.members[0]])
+            ident = (
+                f'class="node {box.category}{" " + box.annotation if box.annotation else ""}" '
+                f'data-id="{box.members[0]}"'
+            )
+        fill = CATEGORIES[box.category][1]
+        out.append(
+            f'<g {ident} data-box="{b}" data-category="{box.category}" '
+            f'data-search="{html.escape(_search_text(plan, report, box.members))}" '
+            f'data-x="{box.x:.0f}" data-y="{box.y:.0f}" data-w="{box.width:.0f}">'
+            f"<title>{html.escape(hover)}</title>"
+            f'<rect x="{box.x:.0f}" y="{box.y:.0f}" width="{box.width:.0f}" height="{_BOX_H}" '
+            f'rx="{2 if box.annotation else 5}" fill="{fill}"/>'
+            f'<text x="{box.x + 6:.0f}" y="{box.y + 14:.0f}">{html.escape(box.title)}</text>'
+            f'<text class="sub" x="{box.x + 6:.0f}" y="{box.y + 27:.0f}">{html.escape(box.subtitle)}</text></g>'
+        )
+    out.append("</g></g></svg>")
+    return "".join(part for part in out if part), width, height
+
+
+def render_svg(plan: FoldPlan, report: Mapping[str, Any], *, title: str = "") -> str:
+    """The plan's graph as a standalone SVG document: one box per call, no script."""
+    svg, width, height = _svg(plan, report, title=title, collapse=False, standalone=False)
+    legend_h = 24 + 20 * (len(CATEGORIES) + 2)
+    total_w, total_h = max(width, 340), height + legend_h
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" height="{total_h:.0f}" '
+        f'viewBox="0 0 {total_w:.0f} {total_h:.0f}" font-family="sans-serif" font-size="11">'
+        f"<style>{_svg_style()}</style>"
+        + (f"<title>{html.escape(title)}</title>" if title else "")
+        + _legend()
+        + f'<svg y="{legend_h}" width="{width:.0f}" height="{height:.0f}">'
+        + svg.split(">", 1)[1]
+        + "</svg>"
+    )
 
 
 def _legend() -> str:
-    items = ['<g class="legend"><text class="legend-title" x="16" y="30">decision</text>']
-    y = 42
+    items = ['<g class="legend"><text class="legend-title" x="16" y="18">decision</text>']
+    y = 28
     for key, (text, fill) in CATEGORIES.items():
         items.append(
             f'<g class="legend-item" data-category="{key}"><rect x="16" y="{y}" width="14" height="14" '
@@ -208,61 +337,232 @@ def _svg_style() -> str:
         ".node text{fill:#102027}"
         + "".join(f".node.{key} text{{fill:#fff}}" for key in dark)
         + ".node .sub{font-size:10px;opacity:.85}"
+        ".node.chain rect{stroke-dasharray:2 2}"
         ".node.barrier rect,.barrier-key{stroke:#000;stroke-width:4}"
         ".node.allow rect,.allow-key{stroke:#000;stroke-width:2;stroke-dasharray:5 3}"
         ".node:hover rect{stroke:#1565c0;stroke-width:3}"
+        ".node.hit rect{stroke:#d50000;stroke-width:4}"
+        ".node.out,.edge.out{display:none}"
         ".legend-title{font-weight:bold;font-size:12px}"
     )
 
 
-def render_html(
-    plan: FoldPlan,
-    layers: Mapping[Tuple[str, str], str],
-    summary: Mapping[str, Any],
-    *,
-    title: str,
-) -> str:
-    """A page with the counts, the SVG and an info panel following the pointer's box."""
-    counts = ", ".join(
-        f"{n} {key.replace('_', ' ')}" for key, n in summary["counts"]["by_reason"].items()
+def _counts(report: Mapping[str, Any]) -> Dict[str, int]:
+    counts = {key: 0 for key in CATEGORIES}
+    for record in report["decisions"]:
+        counts[record["category"]] += 1
+    return counts
+
+
+def render_html(plan: FoldPlan, report: Mapping[str, Any], *, title: str) -> str:
+    """The interactive page: headline, filters, search, zoomable graph and a details panel."""
+    report = {
+        **report,
+        "decisions": [
+            {**record, "category": category_of(decision.reason)}
+            for record, decision in zip(report["decisions"], plan.decisions)
+        ],
+    }
+    svg, _, _ = _svg(plan, report, title=title, collapse=True, standalone=False)
+    counts = _counts(report)
+    groups = {group: sum(counts[c] for c in members) for group, members in GROUPS.items()}
+    constants = ""
+    if report.get("constant_bytes"):
+        cb = report["constant_bytes"]
+        constants = (
+            f" · constants {format_bytes(cb['before'])} before, {format_bytes(cb['after'])} after"
+        )
+    headline = (
+        f"{report['calls']} calls under policy {report['policy']!r}: {groups['folded']} folded, "
+        f"{groups['kept']} kept, {groups['not_constant']} not constant{constants}"
     )
-    head = f"{summary['calls']} calls under policy {summary['policy']!r}: {counts}"
-    bytes_line = ""
-    if summary.get("constant_bytes"):
-        cb = summary["constant_bytes"]
-        bytes_line = f" · constants {cb['before']} bytes before, {cb['after']} after"
-    svg = _svg(plan, layers, title=title, standalone=False)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+    filters = "".join(
+        f'<button class="filter" data-filter="{group}" id="filter-{group.replace("_", "-")}">'
+        f"{html.escape(group.replace('_', ' '))} ({groups[group]})</button>"
+        for group in GROUPS
+    )
+    legend = "".join(
+        f'<button class="filter legend-item" data-filter="{key}" data-category="{key}">'
+        f'<span class="swatch" style="background:{fill}"></span>{html.escape(text)} ({counts[key]})</button>'
+        for key, (text, fill) in CATEGORIES.items()
+    )
+    details = [_details(plan, report, index) for index in range(len(plan.decisions))]
+    return _PAGE.format(
+        title=html.escape(title),
+        headline=html.escape(headline),
+        filters=filters,
+        legend=legend,
+        style=_svg_style(),
+        svg=svg,
+        data=_json_for_html({"calls": details, "groups": GROUPS}),
+        summary=_json_for_html({k: v for k, v in report.items() if k != "decisions"}),
+    )
+
+
+def _json_for_html(data: Any) -> str:
+    # "</" would end the script element early; JSON allows the escaped form.
+    return json.dumps(data).replace("</", "<\\/")
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
-body{{margin:0;font-family:sans-serif;font-size:13px;color:#102027}}
-header{{position:sticky;top:0;background:#eceff1;padding:8px 16px;border-bottom:1px solid #b0bec5;z-index:1}}
-#info{{position:fixed;right:12px;top:48px;max-width:460px;white-space:pre-wrap;background:#fff;
-border:1px solid #90a4ae;padding:8px;font-family:monospace;font-size:12px;display:none;z-index:2}}
-{_svg_style()}
+html,body{{margin:0;height:100%;font-family:sans-serif;font-size:13px;color:#102027}}
+body{{display:flex;flex-direction:column}}
+header{{background:#eceff1;padding:6px 12px;border-bottom:1px solid #b0bec5}}
+header .row{{display:flex;flex-wrap:wrap;gap:6px;align-items:center;margin-top:4px}}
+button{{font:inherit;padding:2px 8px;border:1px solid #90a4ae;background:#fff;border-radius:3px;cursor:pointer}}
+button.active{{background:#1565c0;color:#fff;border-color:#0d47a1}}
+.swatch{{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:-1px;border:1px solid #37474f}}
+#search{{width:260px;padding:2px 6px;font:inherit}}
+#matches{{color:#455a64}}
+#stage{{flex:1;display:flex;min-height:0}}
+#canvas{{flex:1;overflow:hidden;cursor:grab;background:#fafafa}}
+#canvas.dragging{{cursor:grabbing}}
+#canvas svg{{width:100%;height:100%;display:block}}
+#details{{width:420px;overflow:auto;border-left:1px solid #b0bec5;padding:8px 10px;background:#fff;
+font-family:monospace;font-size:12px;white-space:pre-wrap;display:none}}
+#details.open{{display:block}}
+#details a{{color:#1565c0;cursor:pointer;text-decoration:underline}}
+{style}
 </style></head>
-<body><header><b>{html.escape(title)}</b> · {html.escape(head)}{html.escape(bytes_line)}</header>
-<div id="info"></div>
-<main>{svg}</main>
+<body>
+<header><b>{title}</b> · <span id="headline">{headline}</span>
+<div class="row">
+<input id="search" type="search" placeholder="find a layer, node, variable or op (Enter: next)">
+<span id="matches"></span>
+<button id="zoom-in" title="zoom in">+</button><button id="zoom-out" title="zoom out">&#8722;</button>
+<button id="fit" title="whole graph">fit</button>
+<span>show:</span><button class="filter active" data-filter="all" id="filter-all">all</button>{filters}
+</div>
+<div class="row">{legend}</div>
+</header>
+<div id="stage"><div id="canvas">{svg}</div><div id="details"></div></div>
+<script type="application/json" id="fold-guard-calls">{data}</script>
+<script type="application/json" id="fold-guard-summary">{summary}</script>
 <script>
-// The panel repeats the box's hover text, which a <title> tooltip shows only after a delay.
 (function () {{
-  var info = document.getElementById("info");
-  document.querySelectorAll("g.node").forEach(function (node) {{
-    node.addEventListener("mouseenter", function () {{
-      info.textContent = node.getAttribute("data-hover");
-      info.style.display = "block";
-    }});
-    node.addEventListener("mouseleave", function () {{ info.style.display = "none"; }});
+  "use strict";
+  var data = JSON.parse(document.getElementById("fold-guard-calls").textContent);
+  var svg = document.getElementById("plan");
+  var viewport = document.getElementById("viewport");
+  var canvas = document.getElementById("canvas");
+  var details = document.getElementById("details");
+  var boxes = Array.prototype.slice.call(document.querySelectorAll("g.node"));
+  var edges = Array.prototype.slice.call(document.querySelectorAll("line.edge"));
+  var full = {{w: +svg.getAttribute("width"), h: +svg.getAttribute("height")}};
+  svg.removeAttribute("width"); svg.removeAttribute("height"); svg.removeAttribute("viewBox");
+  var view = {{x: 0, y: 0, k: 1}};
+  function apply() {{
+    viewport.setAttribute("transform", "translate(" + view.x + "," + view.y + ") scale(" + view.k + ")");
+  }}
+  function fit() {{
+    var w = canvas.clientWidth, h = canvas.clientHeight;
+    view.k = Math.min(w / full.w, h / full.h, 1);
+    view.x = (w - full.w * view.k) / 2; view.y = 0; apply();
+  }}
+  function zoomAt(factor, cx, cy) {{
+    var k = Math.max(0.02, Math.min(4, view.k * factor));
+    view.x = cx - (cx - view.x) * k / view.k; view.y = cy - (cy - view.y) * k / view.k; view.k = k; apply();
+  }}
+  function box(el) {{
+    return {{x: +el.dataset.x, y: +el.dataset.y, w: +el.dataset.w, h: 34}};
+  }}
+  function focus(el) {{
+    var b = box(el), w = canvas.clientWidth, h = canvas.clientHeight;
+    view.k = Math.max(view.k, 1);
+    view.x = w / 2 - (b.x + b.w / 2) * view.k; view.y = h / 2 - (b.y + b.h / 2) * view.k; apply();
+  }}
+  canvas.addEventListener("wheel", function (e) {{
+    e.preventDefault();
+    var r = canvas.getBoundingClientRect();
+    zoomAt(e.deltaY < 0 ? 1.2 : 1 / 1.2, e.clientX - r.left, e.clientY - r.top);
+  }}, {{passive: false}});
+  var drag = null;
+  canvas.addEventListener("mousedown", function (e) {{
+    drag = {{x: e.clientX, y: e.clientY, vx: view.x, vy: view.y, moved: false}};
+    canvas.classList.add("dragging");
   }});
+  window.addEventListener("mousemove", function (e) {{
+    if (!drag) return;
+    var dx = e.clientX - drag.x, dy = e.clientY - drag.y;
+    if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
+    view.x = drag.vx + dx; view.y = drag.vy + dy; apply();
+  }});
+  window.addEventListener("mouseup", function () {{
+    canvas.classList.remove("dragging");
+    setTimeout(function () {{ drag = null; }}, 0);
+  }});
+  function zoomCentre(factor) {{ zoomAt(factor, canvas.clientWidth / 2, canvas.clientHeight / 2); }}
+  document.getElementById("zoom-in").onclick = function () {{ zoomCentre(1.5); }};
+  document.getElementById("zoom-out").onclick = function () {{ zoomCentre(1 / 1.5); }};
+  document.getElementById("fit").onclick = fit;
+
+  function text(call) {{
+    var where = call.layer || "";
+    if (call.source && call.source !== call.layer) where += ": " + call.source;
+    return call.call + (where ? "\\n  layer " + where : "") + "\\n  " + call.reason +
+      (call.rule ? " [" + call.rule + "]" : "") + (call.detail ? "\\n  " + call.detail : "") +
+      "\\n  in:  " + call.inputs.join("\\n       ") + "\\n  out: " + call.outputs.join(", ");
+  }}
+  function show(el) {{
+    details.textContent = "";
+    var members = el.dataset.members ? el.dataset.members.split(",") : [el.dataset.id];
+    if (members.length > 1) {{
+      details.appendChild(document.createTextNode(members.length + " run-time calls:\\n\\n"));
+    }}
+    members.forEach(function (id) {{
+      details.appendChild(document.createTextNode(text(data.calls[+id]) + "\\n\\n"));
+    }});
+    details.classList.add("open");
+  }}
+  boxes.forEach(function (el) {{
+    el.addEventListener("click", function () {{ if (!drag || !drag.moved) show(el); }});
+  }});
+
+  var filters = Array.prototype.slice.call(document.querySelectorAll("button.filter"));
+  function filter(name) {{
+    var wanted = name === "all" ? null : (data.groups[name] || [name]);
+    var shown = {{}};
+    boxes.forEach(function (el) {{
+      var visible = !wanted || wanted.indexOf(el.dataset.category) >= 0;
+      el.classList.toggle("out", !visible);
+      if (visible) shown[el.dataset.box] = true;
+    }});
+    edges.forEach(function (line) {{
+      line.classList.toggle("out", !(shown[line.dataset.from] && shown[line.dataset.to]));
+    }});
+    filters.forEach(function (b) {{ b.classList.toggle("active", b.dataset.filter === name); }});
+  }}
+  filters.forEach(function (b) {{ b.addEventListener("click", function () {{ filter(b.dataset.filter); }}); }});
+
+  var search = document.getElementById("search"), matches = document.getElementById("matches");
+  var hits = [], at = -1;
+  function find(next) {{
+    var q = search.value.trim().toLowerCase();
+    boxes.forEach(function (el) {{ el.classList.remove("hit"); }});
+    if (!q) {{ hits = []; matches.textContent = ""; return; }}
+    if (!next) {{
+      // Whole-word matches first: "conv1" finds conv1 before conv10..conv19.
+      var exact = boxes.filter(function (el) {{
+        return (" " + el.dataset.search + " ").indexOf(" " + q + " ") >= 0;
+      }});
+      var partial = boxes.filter(function (el) {{
+        return exact.indexOf(el) < 0 && el.dataset.search.indexOf(q) >= 0;
+      }});
+      hits = exact.concat(partial); at = -1;
+    }}
+    if (!hits.length) {{ matches.textContent = "no match"; return; }}
+    at = (at + 1) % hits.length;
+    hits.forEach(function (el) {{ el.classList.add("hit"); }});
+    if (hits[at].classList.contains("out")) filter("all");
+    focus(hits[at]); show(hits[at]);
+    matches.textContent = (at + 1) + " of " + hits.length;
+  }}
+  search.addEventListener("input", function () {{ find(false); }});
+  search.addEventListener("keydown", function (e) {{ if (e.key === "Enter") find(true); }});
+  fit();
 }})();
 </script>
-<script type="application/json" id="fold-guard-summary">{_json_for_html(summary)}</script>
 </body></html>
 """
-
-
-def _json_for_html(summary: Mapping[str, Any]) -> str:
-    # "</" would end the script element early; JSON allows the escaped form.
-    light = {key: value for key, value in summary.items() if key != "decisions"}
-    return json.dumps(light).replace("</", "<\\/")

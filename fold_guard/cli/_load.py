@@ -1,11 +1,15 @@
-"""Reading a model file into an IRModule: ONNX, TVM JSON or TVMScript, for Relax or Relay.
+"""Reading a model file into an IRModule: ONNX, TVM JSON, TVMScript, TFLite or a PyTorch
+ExportedProgram, for Relax (or ONNX and JSON for Relay).
 
-Every failure a user can cause (no such file, not readable, not the format its name says, a model
-the frontend cannot import, no Relay in this TVM) becomes a :class:`CliError` naming the file.
+Every failure a user can cause (no such file, not readable, not the format its name says, a
+missing external-data file or frontend package, a model the frontend cannot import, no Relay in
+this TVM) becomes one :class:`CliError` line naming the file; what a frontend prints or warns on
+the way is folded into that line or dropped.
 
-Relax's ONNX importer names every binding ``lv<N>`` and records no spans, so the ONNX node each
-binding came from is recovered here, while importing (:func:`_onnx_layer_names`): that is what
-lets the report say ``conv0`` instead of ``lv6``.
+Loading runs no code from the model file unless asked to (``trust_model=True``,
+``--trust-model``): a ``.py`` is parsed as TVMScript text, and run as a Python program only when
+trusted; a ``.pt2`` is read only when trusted, because ``torch.export.load`` unpickles parts of
+it (torch's own documentation: never load one from an untrusted source).
 """
 
 from __future__ import annotations
@@ -15,26 +19,38 @@ import importlib.util
 import io
 import os
 import runpy
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Tuple
 
 from ._errors import CliError
+from ._layers import attribute_bindings, record_onnx_conversions
+from ._parser import IR_CHOICES, MODEL_SUFFIXES
 
 __all__ = ["IR_CHOICES", "LoadedModel", "load_model", "require_relay"]
 
-IR_CHOICES = ("relax", "relay")
-_SUFFIXES = {".onnx": "onnx", ".json": "json", ".py": "tvmscript"}
+#: Formats each IR reads (Relay's TFLite and PyTorch frontends are not wired here).
+_FORMATS = {
+    "relax": ("onnx", "json", "tvmscript", "tflite", "exported_program"),
+    "relay": ("onnx", "json"),
+}
 
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model file read into ``mod`` of IR ``ir``; ``layers`` maps ``(function, var) -> layer``."""
+    """A model file read into ``mod`` of IR ``ir``.
+
+    ``layers`` maps ``(function, label)`` to the layer a call belongs to, ``sources`` to the
+    frontend node that produced it (:mod:`._layers`); both are empty where the format has no
+    node names (TVM JSON, TVMScript).
+    """
 
     path: str
     format: str
     ir: str
     mod: Any
     layers: Mapping[Tuple[str, str], str] = field(default_factory=dict)
+    sources: Mapping[Tuple[str, str], str] = field(default_factory=dict)
 
 
 def require_relay() -> None:
@@ -60,18 +76,24 @@ def require_relax() -> None:
         ) from err
 
 
-def load_model(path: str, *, ir: str = "relax", fq2i: bool = False) -> LoadedModel:
+def load_model(
+    path: str, *, ir: str = "relax", fq2i: bool = False, trust_model: bool = False
+) -> LoadedModel:
     """Read ``path`` (format by suffix) into a module of ``ir``.
 
     Parameters
     ----------
     path : str
-        An ``.onnx`` model (weights become constants), a ``.json`` file written by
-        ``tvm.ir.save_json``, or a ``.py`` TVMScript file holding one IRModule.
+        An ``.onnx`` model (weights become constants; external data is read from beside the
+        model), a ``.json`` file written by ``tvm.ir.save_json``, a ``.py`` TVMScript file
+        holding one IRModule, a ``.tflite`` flatbuffer or a ``.pt2`` ExportedProgram.
     ir : {"relax", "relay"}
-        The IR to import an ONNX model into; a JSON or TVMScript module must already be of it.
+        The IR to import a model into; a JSON or TVMScript module must already be of it.
     fq2i : bool
         Relay only: run ``FakeQuantizationToInteger`` after the import.
+    trust_model : bool
+        Allow the loading steps that can run code from the file: running a ``.py`` that is not
+        TVMScript text as a Python program, unpickling a ``.pt2``.
 
     Raises
     ------
@@ -88,30 +110,44 @@ def load_model(path: str, *, ir: str = "relax", fq2i: bool = False) -> LoadedMod
         raise CliError(f"{path}: no such file")
     if os.path.isdir(path):
         raise CliError(f"{path}: is a directory, not a model file")
-    fmt = _SUFFIXES.get(os.path.splitext(path)[1].lower())
+    fmt = MODEL_SUFFIXES.get(os.path.splitext(path)[1].lower())
     if fmt is None:
         raise CliError(
-            f"{path}: unknown model format; expected .onnx, .json (tvm.ir.save_json) or .py (TVMScript)"
+            f"{path}: unknown model format; expected .onnx, .json (tvm.ir.save_json), "
+            ".py (TVMScript), .tflite or .pt2 (torch.export.save)"
         )
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as err:
-        raise CliError(f"{path}: cannot read: {err.strerror}") from err
+    if fmt not in _FORMATS[ir]:
+        raise CliError(f"{path}: --ir {ir} reads {', '.join(_FORMATS[ir])} files, not {fmt}")
+    if not os.access(path, os.R_OK):
+        raise CliError(f"{path}: cannot read: permission denied")
+    layers: Mapping[Tuple[str, str], str] = {}
+    sources: Mapping[Tuple[str, str], str] = {}
     if fmt == "onnx":
-        mod, layers = _import_onnx(path, data, ir)
+        mod, layers, sources = _import_onnx(path, ir)
     elif fmt == "json":
-        mod, layers = _load_json(path, data), {}
+        mod = _load_json(path, _read(path))
+    elif fmt == "tvmscript":
+        mod = _load_tvmscript(path, _read(path), trust_model)
+    elif fmt == "tflite":
+        mod = _import_tflite(path, _read(path))
     else:
-        mod, layers = _load_tvmscript(path, data), {}
+        mod = _import_exported_program(path, trust_model)
     _check_ir(path, mod, ir)
     if fq2i:
         from tvm import relay
 
         mod = relay.transform.FakeQuantizationToInteger()(relay.transform.InferType()(mod))
     if ir == "relay":
-        layers = _relay_layer_names(mod)
-    return LoadedModel(path, fmt, ir, mod, layers)
+        layers = sources = _relay_layer_names(mod)
+    return LoadedModel(path, fmt, ir, mod, layers, sources)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as err:
+        raise CliError(f"{path}: cannot read: {err.strerror}") from err
 
 
 def _relay_layer_names(mod: Any) -> Mapping[Tuple[str, str], str]:
@@ -150,50 +186,138 @@ def _check_ir(path: str, mod: Any, ir: str) -> None:
         )
 
 
-def _parse_onnx(path: str, data: bytes) -> Any:
+def _parse_onnx(path: str) -> Any:
+    """The ModelProto at ``path`` with its external data read from beside it, whatever the cwd."""
     try:
         import onnx
+        from onnx import external_data_helper
     except ImportError as err:
         raise CliError(f"{path}: reading ONNX needs the onnx package (pip install onnx)") from err
     try:
-        model = onnx.load_from_string(data)
-    except Exception as err:
+        model = onnx.load_from_string(_read(path))
+    except Exception as err:  # protobuf raises its own DecodeError and others
         raise CliError(f"{path}: not an ONNX model ({type(err).__name__}: {err})") from err
     if not model.graph.node:
         raise CliError(f"{path}: not an ONNX model (no graph nodes)")
+    base = os.path.dirname(os.path.abspath(path))
+    external = [
+        tensor
+        for tensor in external_data_helper._get_all_tensors(model)
+        if external_data_helper.uses_external_data(tensor)
+    ]
+    for tensor in external:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        data = os.path.join(base, location)
+        if os.path.commonpath([os.path.realpath(data), os.path.realpath(base)]) != os.path.realpath(
+            base
+        ):
+            raise CliError(
+                f"{path}: external data file {location!r} of tensor {tensor.name!r} is outside "
+                f"the model's directory {base}; refusing to read it"
+            )
+        if not location or not os.path.isfile(data):
+            raise CliError(
+                f"{path}: external data file {location!r} of tensor {tensor.name!r} not found "
+                f"beside the model (in {base}); keep the data files next to the .onnx file"
+            )
+    if external:
+        try:
+            external_data_helper.load_external_data_for_model(model, base)
+        except Exception as err:  # onnx raises ValueError, OSError, its own checks
+            raise CliError(f"{path}: cannot read its external data: {_last_line(err)}") from err
     return model
 
 
-def _import_onnx(path: str, data: bytes, ir: str) -> Tuple[Any, Mapping[Tuple[str, str], str]]:
-    model = _parse_onnx(path, data)
-    return _frontend_call(lambda: _convert_onnx(model, ir), path)
+def _import_onnx(
+    path: str, ir: str
+) -> Tuple[Any, Mapping[Tuple[str, str], str], Mapping[Tuple[str, str], str]]:
+    model = _parse_onnx(path)
+    return _frontend_call(lambda: _convert_onnx(model, ir), path, "ONNX")
 
 
-def _frontend_call(convert: Callable[[], Any], path: str) -> Any:
-    # TVM's importers print "Error converting operator ..." to stdout before raising; stdout is
-    # the command's output (JSON, say), so that goes nowhere and the error becomes one line.
+def _last_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[-1] if text else type(err).__name__
+
+
+def _frontend_call(convert: Callable[[], Any], path: str, frontend: str) -> Any:
+    # TVM's importers print "Error converting operator ..." to stdout and warn on the way;
+    # stdout is the command's output (JSON, say), so both go nowhere and an error is one line.
     captured = io.StringIO()
     try:
-        with contextlib.redirect_stdout(captured):
+        with contextlib.redirect_stdout(captured), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             return convert()
     except CliError:
         raise
-    except Exception as err:
-        message = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+    except Exception as err:  # any frontend failure is this file's problem
+        message = _last_line(err)
         hint = ""
         if "QLinear" in message or "QLinear" in captured.getvalue():
             hint = "; QOperator-format models (QLinearConv, ...) do not import: export the model in QDQ format"
-        raise CliError(f"{path}: the ONNX frontend cannot import it: {message}{hint}") from err
+        raise CliError(
+            f"{path}: the {frontend} frontend cannot import it: {message}{hint}"
+        ) from err
 
 
-def _convert_onnx(model: Any, ir: str) -> Tuple[Any, Mapping[Tuple[str, str], str]]:
+def _convert_onnx(
+    model: Any, ir: str
+) -> Tuple[Any, Mapping[Tuple[str, str], str], Mapping[Tuple[str, str], str]]:
     if ir == "relay":
-        return _import_onnx_relay(model), {}
+        return _import_onnx_relay(model), {}, {}
     from tvm.relax.frontend.onnx import from_onnx
 
-    with _onnx_layer_names() as recorded:
+    with record_onnx_conversions() as recorded:
         mod = from_onnx(model, keep_params_in_input=False)
-    return mod, _bind_layer_names(mod, recorded)
+    layers, sources = attribute_bindings(mod, recorded)
+    return mod, layers, sources
+
+
+def _import_tflite(path: str, data: bytes) -> Any:
+    try:
+        import tflite
+    except ImportError as err:
+        raise CliError(
+            f"{path}: reading TFLite needs the tflite package (pip install tflite)"
+        ) from err
+    if data[4:8] != b"TFL3":
+        raise CliError(f"{path}: not a TFLite flatbuffer (no TFL3 file identifier)")
+
+    def convert() -> Any:
+        from tvm.relax.frontend.tflite import from_tflite
+
+        return from_tflite(tflite.Model.GetRootAsModel(data, 0))
+
+    return _frontend_call(convert, path, "TFLite")
+
+
+def _import_exported_program(path: str, trust_model: bool) -> Any:
+    if not trust_model:
+        raise CliError(
+            f"{path}: torch.export.load unpickles an ExportedProgram, which can run code from "
+            "the file; pass --trust-model to read one you trust"
+        )
+    try:
+        import torch
+    except ImportError as err:
+        raise CliError(
+            f"{path}: reading a PyTorch ExportedProgram needs torch (pip install torch==2.13.0, a CPU build)"
+        ) from err
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.load(path)
+    except Exception as err:  # torch raises many kinds for a file it cannot read
+        raise CliError(
+            f"{path}: not a saved ExportedProgram (torch.export.save): {_last_line(err)}"
+        ) from err
+
+    def convert() -> Any:
+        from tvm.relax.frontend.torch import from_exported_program
+
+        return from_exported_program(program)
+
+    return _frontend_call(convert, path, "PyTorch")
 
 
 def _import_onnx_relay(model: Any) -> Any:
@@ -210,85 +334,6 @@ def _import_onnx_relay(model: Any) -> Any:
     return relay.transform.InferType()(mod)
 
 
-@contextlib.contextmanager
-def _onnx_layer_names() -> Iterator[List[Tuple[str, Any]]]:
-    """Record ``(ONNX node name, converted expression)`` for every node Relax's importer converts.
-
-    The importer keeps no node names in the IR; its per-node conversion method is wrapped for
-    the duration of one import and restored afterwards. Where that method does not exist (another
-    TVM release), nothing is recorded and the report names variables only.
-    """
-    recorded: List[Tuple[str, Any]] = []
-    try:
-        from tvm.relax.frontend.onnx import onnx_frontend
-
-        importer = onnx_frontend.ONNXGraphImporter
-        original = importer._convert_operator
-    except (ImportError, AttributeError):
-        yield recorded
-        return
-
-    def convert(self: Any, op_name: str, inputs: Any, attrs: Dict[str, Any], opset: int) -> Any:
-        result = original(self, op_name, inputs, attrs, opset)
-        name = attrs.get("tvm_custom", {}).get("name") or op_name
-        recorded.append((name, result))
-        return result
-
-    importer._convert_operator = convert
-    try:
-        yield recorded
-    finally:
-        importer._convert_operator = original
-
-
-def _bind_layer_names(mod: Any, recorded: List[Tuple[str, Any]]) -> Mapping[Tuple[str, str], str]:
-    """``(function, var) -> ONNX node`` for ``main``'s bindings.
-
-    A converter's result is bound either at once or at its first use, inside a later node's
-    conversion (a weight's ``dequantize`` is bound where the conv reads it). A binding that
-    matches a node converted after every node matched so far is that node's result, and the
-    unmatched bindings just before it are its helpers (a conv's ``conv2d`` and bias ``reshape``
-    under the final ``add``); a binding matching an earlier node is a late-bound result, named
-    by itself.
-    """
-    from tvm import relax
-
-    from ..relax import _compat
-
-    if "main" not in [gvar.name_hint for gvar in mod.functions] or not recorded:
-        return {}
-    func = mod["main"]
-    if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
-        return {}
-    order = {expr: (index, name) for index, (name, expr) in enumerate(recorded)}
-    pending: List[str] = []
-    latest = -1
-    layers: Dict[Tuple[str, str], str] = {}
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            label = _compat.var_name(binding.var)
-            found = _lookup(order, binding.var) or _lookup(order, binding.value)
-            if found is None:
-                pending.append(label)
-                continue
-            index, name = found
-            layers[("main", label)] = name
-            if index > latest:
-                for helper in pending:
-                    layers[("main", helper)] = name
-                pending, latest = [], index
-    return layers
-
-
-def _lookup(names: Mapping[Any, Tuple[int, str]], expr: Any) -> Optional[Tuple[int, str]]:
-    # TVM objects hash and compare by identity of the underlying node, which is what is wanted:
-    # the very expression the converter returned.
-    try:
-        return names.get(expr)
-    except TypeError:
-        return None
-
-
 def _load_json(path: str, data: bytes) -> Any:
     import tvm
 
@@ -300,29 +345,34 @@ def _load_json(path: str, data: bytes) -> Any:
         raise CliError(f"{path}: not a TVM JSON file (tvm.ir.save_json output starts with '{{')")
     try:
         return tvm.ir.load_json(text)
-    except Exception as err:
-        raise CliError(f"{path}: not a TVM JSON file: {str(err).strip().splitlines()[-1]}") from err
+    except Exception as err:  # load_json raises TVM errors of many kinds
+        raise CliError(f"{path}: not a TVM JSON file: {_last_line(err)}") from err
 
 
-def _load_tvmscript(path: str, data: bytes) -> Any:
+def _load_tvmscript(path: str, data: bytes, trust_model: bool) -> Any:
     import tvm
 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise CliError(f"{path}: not a TVMScript file (not UTF-8 text)") from err
-    # First as TVMScript text (what IRModule.script() prints), which runs no user code; then as a
-    # Python file that defines an IRModule (with its own imports and decorators).
+    # As TVMScript text (what IRModule.script() prints): parsed, never run.
     try:
-        return tvm.script.from_source(text)
-    except Exception:  # noqa: BLE001 - any parse failure: try it as a Python program
-        pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return tvm.script.from_source(text)
+    except Exception as err:  # the parser raises diagnostics of many kinds
+        if not trust_model:
+            raise CliError(
+                f"{path}: not TVMScript text ({_last_line(err)}); a Python program that builds "
+                "an IRModule is run only with --trust-model, which executes the file's code"
+            ) from err
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             namespace = runpy.run_path(path, run_name="__fold_guard_model__")
-    except Exception as err:
+    except Exception as err:  # whatever the user's program raises
         raise CliError(
-            f"{path}: not a TVMScript file holding an IRModule: {type(err).__name__}: {err}"
+            f"{path}: running it (--trust-model) failed: {type(err).__name__}: {_last_line(err)}"
         ) from err
     modules = {name: value for name, value in namespace.items() if isinstance(value, tvm.IRModule)}
     if len(modules) != 1:

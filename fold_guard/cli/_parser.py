@@ -1,30 +1,126 @@
-"""The command line: ``fold-guard {inspect,fold,draw,policies,demo}`` and their options."""
+"""The command line: ``fold-guard {inspect,fold,draw,policies,demo}`` and their options.
+
+This module imports nothing but the standard library, so that ``fold-guard --help`` and
+``--version`` answer without importing fold_guard (whose import loads TVM): the console script's
+launcher (``_fold_guard_cli``) loads this file on its own. Everything here only checks the
+*form* of an argument (a finite tolerance, a byte size, a known category); what an argument
+names (a policy, a model file, a plugin) is checked when the command runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import re
+import sys
+from typing import NoReturn, Optional
 
-from .. import __version__
-from ._load import IR_CHOICES
+__all__ = [
+    "DECISION_FILTERS",
+    "IR_CHOICES",
+    "MODEL_SUFFIXES",
+    "FoldGuardArgumentParser",
+    "build_parser",
+    "parse_size",
+]
 
-__all__ = ["build_parser"]
+IR_CHOICES = ("relax", "relay")
+#: Model file suffix -> format name.
+MODEL_SUFFIXES = {
+    ".onnx": "onnx",
+    ".json": "json",
+    ".py": "tvmscript",
+    ".tflite": "tflite",
+    ".pt2": "exported_program",
+}
+#: What ``--only`` selects: the three groups of the headline, then the drawing's finer categories.
+DECISION_FILTERS = (
+    "folded",
+    "kept",
+    "not-constant",
+    "kept-by-barrier",
+    "kept-by-rule",
+    "kept-with-input",
+    "unsupported",
+)
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 
 _EPILOG = """\
-MODEL is an ONNX file (.onnx; imported with weights as constants), a TVM JSON file (.json, from
-tvm.ir.save_json) or a TVMScript file (.py) holding one IRModule.
+MODEL is an ONNX file (.onnx; weights become constants, external data is read from beside the
+model), a TVM JSON file (.json, from tvm.ir.save_json), TVMScript text (.py: parsed, never run),
+a TFLite flatbuffer (.tflite; needs the tflite package) or a saved PyTorch ExportedProgram (.pt2,
+from torch.export.save; needs torch, and --trust-model: torch unpickles it). Nothing in MODEL is
+executed unless --trust-model is given.
 Exit status: 0 success, 1 `fold --check` found different outputs, 2 bad input (file, format,
-policy, output path), 3 an internal error (rerun with --debug for the traceback).
+policy, option, output path; one line on stderr, nothing written), 3 an internal error (rerun
+with --debug for the traceback).
 """
 
 
-def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+class FoldGuardArgumentParser(argparse.ArgumentParser):
+    """argparse, with a usage error as one stderr line (exit 2), like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def parse_size(text: str) -> int:
+    """A byte count from ``text``: ``4096``, ``64MiB``, ``1.5 GiB``, ``100kB`` (units: B, kB,
+    MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024; any case).
+
+    >>> parse_size("64MiB"), parse_size("1.5kib"), parse_size("100 kB"), parse_size("0")
+    (67108864, 1536, 100000, 0)
+    """
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ValueError(
+            f"not a byte size: {text!r} (write e.g. 4096, 64MiB, 1.5GiB or 100kB; "
+            "KiB/MiB/GiB are powers of 1024, kB/MB/GB of 1000)"
+        )
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def _size_argument(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _common() -> FoldGuardArgumentParser:
+    common = FoldGuardArgumentParser(add_help=False)
     common.add_argument(
         "--plugin",
         action="append",
-        metavar="MODULE",
+        metavar="MODULE|FILE.py",
         default=[],
-        help="import MODULE first, so that the policies it registers can be named (repeatable)",
+        help="import a module (found on sys.path or in the current directory) or run a Python "
+        "file first, so that the policies it registers can be named (repeatable)",
     )
     common.add_argument(
         "-q",
@@ -37,7 +133,9 @@ def _common() -> argparse.ArgumentParser:
 
 
 def _model_options(parser: argparse.ArgumentParser, *, policy_help: str) -> None:
-    parser.add_argument("model", metavar="MODEL", help="the model file (.onnx, .json or .py)")
+    parser.add_argument(
+        "model", metavar="MODEL", help="the model file (.onnx, .json, .py, .tflite or .pt2)"
+    )
     parser.add_argument(
         "-p",
         "--policy",
@@ -46,29 +144,58 @@ def _model_options(parser: argparse.ArgumentParser, *, policy_help: str) -> None
         help=policy_help + " (repeatable: policies compose in order; default: default)",
     )
     parser.add_argument(
+        "--max-fold-bytes",
+        type=_size_argument,
+        metavar="SIZE",
+        help="keep every fold whose results would take more than SIZE (4096, 64MiB, 1.5GiB)",
+    )
+    parser.add_argument(
         "--ir",
         choices=IR_CHOICES,
         default="relax",
-        help="the IR to import ONNX into and to fold (default: relax; relay needs a TVM with Relay)",
+        help="the IR to import the model into and to fold (default: relax; relay needs a TVM "
+        "with Relay and reads .onnx, .json)",
     )
     parser.add_argument(
         "--fq2i", action="store_true", help="Relay: run FakeQuantizationToInteger after the import"
     )
     parser.add_argument(
+        "--trust-model",
+        action="store_true",
+        help="allow what can run code from MODEL: a .py that is not TVMScript text is run as a "
+        "Python program (its one IRModule is used); a .pt2 is unpickled by torch.export.load. "
+        "Only for files you trust",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="list every decision, not only the summary"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=DECISION_FILTERS,
+        metavar="WHAT",
+        help="with --verbose (implied), list only these decisions: "
+        + ", ".join(DECISION_FILTERS)
+        + " (repeatable; kept = kept although its inputs are constant)",
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``fold-guard``; every subcommand has ``--help``."""
+def build_parser(version: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser of ``fold-guard``; every subcommand has ``--help``.
+
+    ``version`` is what ``--version`` prints (fold_guard's ``__version__``; the launcher passes
+    it so that this module needs no import of the package).
+    """
+    if version is None:
+        from .._version import __version__ as version
     common = _common()
-    parser = argparse.ArgumentParser(
+    parser = FoldGuardArgumentParser(
         prog="fold-guard",
         description="Inspect, fold, explain and draw fold_guard's constant-folding plan of a model file.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"fold-guard {__version__}")
+    parser.add_argument("--version", action="version", version=f"fold-guard {version}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     inspect = sub.add_parser(
@@ -91,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
         "fold",
         parents=[common],
         help="write the folded (or annotated) module",
-        description="Fold MODEL under the policy and write the result; nothing is written on failure.",
+        description="Fold MODEL under the policy and write the result. All outputs are written "
+        "together once every step succeeded, or none is.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -116,14 +244,21 @@ def build_parser() -> argparse.ArgumentParser:
         "exit 1 (writing nothing) if their outputs differ",
     )
     fold.add_argument("--seed", type=int, default=0, help="seed of the --check inputs (default: 0)")
-    fold.add_argument("--atol", type=float, default=1e-5, help="--check tolerance (default: 1e-5)")
+    fold.add_argument(
+        "--atol",
+        type=_tolerance,
+        default=1e-5,
+        help="--check tolerance, finite and >= 0 (default: 1e-5)",
+    )
     fold.add_argument("--report", metavar="REPORT.json", help="also write the JSON report there")
 
     draw = sub.add_parser(
         "draw",
         parents=[common],
         help="draw the plan as a dataflow graph (.html or .svg)",
-        description="Draw every call of MODEL coloured by its decision; the file opens offline.",
+        description="Draw every call of MODEL coloured by its decision; the file opens offline. "
+        "The HTML page collapses chains of run-time calls, and has search, zoom, pan, a filter "
+        "by decision and details on click.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

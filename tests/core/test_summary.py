@@ -68,7 +68,7 @@ def test_summary_text_is_grouped_and_verbose_adds_every_call():
     plan = _plan()
     layers = {("main", "w"): "conv0.weight"}
     brief = plan.summary(layers=layers).splitlines()
-    assert brief[0] == "policy 'keep-qdq-weights': 4 calls, 1 folded, 3 kept"
+    assert brief[0] == "policy 'keep-qdq-weights': 4 calls: 1 folded, 2 kept, 1 not constant"
     assert (
         brief[1]
         == "  by reason: 1 folded, 1 kept by policy, 1 kept because an input was kept, 1 not constant"
@@ -91,6 +91,4 @@ def test_report_summary_adds_bytes_and_times():
     report = FoldReport(_plan(), constant_bytes=(100, 40), seconds={"plan": 0.002})
     assert report.to_dict()["constant_bytes"] == {"before": 100, "after": 40}
     text = report.summary()
-    assert (
-        "constants: 100 bytes before, 40 bytes after" in text and "time: 2 ms (plan 2 ms)" in text
-    )
+    assert "constants: 100 B before, 40 B after" in text and "time: 2 ms (plan 2 ms)" in text

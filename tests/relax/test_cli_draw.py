@@ -1,7 +1,9 @@
 """``fold-guard draw`` opened in a real headless Chromium (Debian's, driven by Playwright).
 
-    qdq_cnn.onnx ──draw -p keep-qdq-weights──▶ plan.html ──Chromium──▶ 55 boxes, one per call,
-        10 orange (kept by a rule), 5 light orange (kept because an input was kept), 40 grey
+    qdq_cnn.onnx ──draw -o plan.svg──▶ one box per call, coloured by decision, barriers thick
+    qdq_cnn.onnx ──draw -o plan.html─▶ run-time chains collapsed; click: details
+    resnet50.onnx ──draw -o plan.html─▶ loads without console errors; a search brings a layer into
+        view; "kept" shows exactly the kept calls; screenshots of a sane size
 
 ``scripts/test.sh`` installs ``chromium`` when it is missing; Playwright only drives it (its own
 browser download, ``playwright install``, is never used).
@@ -9,7 +11,10 @@ browser download, ``playwright install``, is never used).
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import struct
 import subprocess
 import sys
 from collections import Counter
@@ -21,7 +26,7 @@ from _common import onnx_models as om
 from playwright.sync_api import sync_playwright
 
 import fold_guard.relax as fgr
-from fold_guard.cli._draw import CATEGORIES, category_of
+from fold_guard.cli._categories import CATEGORIES, GROUPS, category_of
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -33,6 +38,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+VIEWPORT = {"width": 1400, "height": 900}
 
 
 def _rgb(hex_colour: str) -> str:
@@ -62,12 +68,12 @@ def draw(model: Path, out: Path, *policy: str) -> None:
     args = [sys.executable, "-m", "fold_guard", "draw", str(model), "-o", str(out)]
     for name in policy:
         args += ["-p", name]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
 
 
 def open_page(browser, path: Path):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport=VIEWPORT)
     problems = []
     page.on(
         "console",
@@ -81,9 +87,23 @@ def open_page(browser, path: Path):
     return page, problems, requests
 
 
+def png_size(path: Path):
+    """(width, height) from a PNG's header."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def visible_ids(page, selector: str):
+    return page.locator(selector).evaluate_all(
+        "nodes => nodes.filter(n => getComputedStyle(n).display !== 'none')"
+        ".map(n => n.dataset.id || ('chain ' + n.dataset.members))"
+    )
+
+
 @pytest.mark.slow
-def test_html_plan_in_chromium(browser, cnn, tmp_path):
-    out = tmp_path / "plan.html"
+def test_svg_has_a_box_per_call_coloured_by_decision(browser, cnn, tmp_path):
+    out = tmp_path / "plan.svg"
     draw(cnn, out, "keep-qdq-weights")
     plan = fgr.plan(om.import_relax(onnx.load(str(cnn))), "keep-qdq-weights")
     page, problems, requests = open_page(browser, out)
@@ -104,21 +124,13 @@ def test_html_plan_in_chromium(browser, cnn, tmp_path):
     }
     legend = page.locator("g.legend-item").all_text_contents()
     assert legend == [text for text, _ in CATEGORIES.values()]
-    # Hover: the panel shows the call's reason, rule, layer and shapes.
-    page.hover("g.node[data-id='2']")
-    info = page.locator("#info")
-    assert info.is_visible()
-    text = info.inner_text()
-    assert "kept by policy [keep-dequantize-of-integer-constant]" in text
-    assert "conv0.weight_DequantizeLinear" in text and "float32[8, 3, 3, 3]" in text
-    assert (
-        page.locator("g.node[data-id='2'] > title")
-        .text_content()
-        .startswith("main/lv2 = relax.dequantize")
+    title = page.locator("g.node[data-id='2'] > title").text_content()
+    assert title.startswith(
+        "main/lv2 = relax.dequantize  [layer conv0: conv0.weight_DequantizeLinear]"
     )
-    page.screenshot(path=str(tmp_path / "plan.png"))
-    assert problems == []
-    assert all(url.startswith("file://") for url in requests), requests  # nothing from the network
+    assert "kept by policy [keep-dequantize-of-integer-constant]" in title
+    assert "constant int8[8, 3, 3, 3] (216 B)" in title
+    assert problems == [] and all(url.startswith("file://") for url in requests), requests
     page.close()
 
 
@@ -127,23 +139,10 @@ def test_barriers_and_folds_are_drawn(browser, cnn, tmp_path):
     """An annotated module: every barrier is a thick-outlined red box; default folds show sizes."""
     annotated = tmp_path / "annotated.json"
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fold_guard",
-            "fold",
-            str(cnn),
-            "-p",
-            "qdq-accelerator",
-            "--annotate",
-            "-o",
-            str(annotated),
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+        [sys.executable, "-m", "fold_guard", "fold", str(cnn), "-p", "qdq-accelerator",
+         "--annotate", "-o", str(annotated), "-q"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     out = tmp_path / "annotated.svg"
     draw(annotated, out)
@@ -163,9 +162,104 @@ def test_barriers_and_folds_are_drawn(browser, cnn, tmp_path):
     folded = tmp_path / "default.svg"
     draw(cnn, folded, "default")
     page, problems, _ = open_page(browser, folded)
-    green = page.locator("g.node.folded")
-    assert green.count() == 15 and problems == []
+    assert page.locator("g.node.folded").count() == 15 and problems == []
+    # A 16x8x3x3 fp32 weight, its size in full.
+    assert "→ const 4.50 KiB" in page.locator("g.node[data-id='12']").text_content()
+    page.close()
+
+
+@pytest.mark.slow
+def test_html_collapses_runtime_chains_and_shows_details_on_click(browser, cnn, tmp_path):
+    out = tmp_path / "plan.html"
+    draw(cnn, out, "keep-qdq-weights")
+    plan = fgr.plan(om.import_relax(onnx.load(str(cnn))), "keep-qdq-weights")
+    page, problems, requests = open_page(browser, out)
+    singles = page.locator("g.node:not(.chain)")
+    chains = page.locator("g.node.chain")
+    members = chains.evaluate_all(
+        "nodes => nodes.map(n => n.dataset.members.split(',').map(Number))"
+    )
+    ids = singles.evaluate_all("nodes => nodes.map(n => Number(n.dataset.id))")
+    # Every call is drawn exactly once; chains hold only run-time calls, each the one user of
+    # the call before it.
+    assert sorted(ids + [i for chain in members for i in chain]) == list(range(55))
+    assert all(len(chain) > 1 for chain in members) and len(members) < 15
+    for chain in members:
+        assert {category_of(plan.decisions[i].reason) for i in chain} == {"not_constant"}
+    page.click("g.node[data-id='2']")
+    details = page.locator("#details")
+    assert details.is_visible()
+    text = details.inner_text()
     assert (
-        "→ const 4.5 KiB" in page.locator("g.node[data-id='12']").text_content()
-    )  # a 16x8x3x3 fp32 weight
+        "main/lv2 = relax.dequantize" in text
+        and "layer conv0: conv0.weight_DequantizeLinear" in text
+    )
+    assert "kept by policy [keep-dequantize-of-integer-constant]" in text
+    page.locator("g.node.chain").first.click()
+    assert "run-time calls:" in details.inner_text()
+    assert problems == [] and all(url.startswith("file://") for url in requests), requests
+    page.close()
+
+
+@pytest.mark.slow
+def test_resnet50_page_search_filter_and_screenshots(browser, tmp_path):
+    from support.resnet50 import write_resnet50
+
+    model = write_resnet50(tmp_path)
+    out = tmp_path / "resnet50.html"
+    draw(model, out, "keep-qdq-weights")
+    page, problems, requests = open_page(browser, out)
+    data = json.loads(page.locator("#fold-guard-calls").text_content())
+    calls = data["calls"]
+    assert len(calls) == 437
+    page.screenshot(path=str(tmp_path / "fit.png"))
+
+    # A search for a layer brings its boxes into view and opens its details.
+    page.fill("#search", "conv116")
+    hits = page.locator("g.node.hit")
+    assert hits.count() == 4  # the weight and bias dequantize, the bias reshape, the chain
+    canvas = page.locator("#canvas").bounding_box()
+    first = page.locator("g.node.hit rect").first.bounding_box()
+    for box in (first,):
+        assert canvas["x"] <= box["x"] and box["x"] + box["width"] <= canvas["x"] + canvas["width"]
+        assert (
+            canvas["y"] <= box["y"] and box["y"] + box["height"] <= canvas["y"] + canvas["height"]
+        )
+        assert box["width"] >= 100  # zoomed so that it can be read
+    assert "conv116" in page.locator("#details").inner_text()
+    assert page.locator("#matches").inner_text() == "1 of 4"
+    page.screenshot(path=str(tmp_path / "search.png"))
+
+    # "kept" shows exactly the kept calls: every one of them, and nothing else.
+    page.click("#filter-kept")
+    kept = sorted(c["id"] for c in calls if c["category"] in GROUPS["kept"])
+    assert len(kept) == 162
+    assert sorted(int(i) for i in visible_ids(page, "g.node")) == kept
+    # An edge is drawn only between two shown boxes.
+    assert page.locator("line.edge").evaluate_all(
+        "lines => lines.filter(l => getComputedStyle(l).display !== 'none').every(l => "
+        "[l.dataset.from, l.dataset.to].every(b => getComputedStyle("
+        "document.querySelector(`g.node[data-box='${b}']`)).display !== 'none'))"
+    )
+    page.click("#fit")
+    page.screenshot(path=str(tmp_path / "kept.png"))
+    page.click("#filter-all")
+    assert len(visible_ids(page, "g.node")) == page.locator("g.node").count()
+
+    # Zoom changes the scale; sizes are written in full.
+    before = page.locator("#viewport").get_attribute("transform")
+    page.click("#zoom-in")
+    assert page.locator("#viewport").get_attribute("transform") != before
+    subtitles = page.locator("g.node text.sub").all_text_contents()
+    sizes = [text.split("const ", 1)[1] for text in subtitles if "const " in text]
+    assert len(sizes) == 108  # every kept weight and bias dequantize shows its constant bytes
+    assert all(re.fullmatch(r"\d+(\.\d+)? (B|KiB|MiB)", size) for size in sizes), sizes
+    # A 1024x256 int8 weight (256 KiB) with its per-channel scale and zero point: once "const 261".
+    assert "261 KiB" in sizes
+
+    for name in ("fit.png", "search.png", "kept.png"):
+        shot = tmp_path / name
+        assert png_size(shot) == (VIEWPORT["width"], VIEWPORT["height"])
+        assert 20_000 < shot.stat().st_size < 5_000_000, (name, shot.stat().st_size)
+    assert problems == [] and all(url.startswith("file://") for url in requests), requests
     page.close()
