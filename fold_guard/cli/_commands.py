@@ -110,7 +110,13 @@ def _adapter(ir: str) -> Any:
 
 def _load(args: argparse.Namespace, progress: Progress) -> LoadedModel:
     progress.step(f"importing {os.path.basename(args.model)}")
-    return load_model(args.model, ir=args.ir, fq2i=args.fq2i, trust_model=args.trust_model)
+    return load_model(
+        args.model,
+        ir=args.ir,
+        fq2i=args.fq2i,
+        trust_model=args.trust_model,
+        weights_as_params=args.weights_as_params,
+    )
 
 
 def _fold(model: LoadedModel, spec: PolicySpec, progress: Progress) -> Any:
@@ -172,6 +178,12 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
     spec = policy_spec(args.policy, args.max_fold_bytes)
+    if args.weights_as_params:
+        raise CliError(
+            "--weights-as-params is for inspect and draw: a written module would lose its "
+            "weights; import with weights as parameters in Python (fold_guard.relax.annotate, "
+            "then relax.transform.LiftTransformParams) to build one"
+        )
     # Refuse a bad output before the (slow) work; write nothing until everything succeeded.
     outputs = Outputs()
     outputs.claim("-o", args.output, MODULE_SUFFIXES)

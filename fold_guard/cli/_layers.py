@@ -98,9 +98,13 @@ def attribute_bindings(
     for i in reversed(range(len(bindings))):
         if source[i] is None:
             source[i] = next((source[u] for u in users[i] if source[u] is not None), None)
-    # Step 3: layers. A binding is constant-only when it reads no parameter and no binding that
-    # does; such a binding takes the layer its users agree on.
-    params: Set[Any] = set(func.params)
+    # Step 3: layers. A binding is constant-only when it reads no run-time parameter and no
+    # binding that does (weights passed as parameters, from num_input on, count as constants);
+    # such a binding takes the layer its users agree on.
+    num_input = (
+        func.attrs["num_input"] if func.attrs is not None and "num_input" in func.attrs else None
+    )
+    params: Set[Any] = set(func.params[: int(num_input)] if num_input is not None else func.params)
     constant_only = [False] * len(bindings)
     for i, binding in enumerate(bindings):
         read = _vars_read(binding.value, relax)

@@ -77,7 +77,12 @@ def require_relax() -> None:
 
 
 def load_model(
-    path: str, *, ir: str = "relax", fq2i: bool = False, trust_model: bool = False
+    path: str,
+    *,
+    ir: str = "relax",
+    fq2i: bool = False,
+    trust_model: bool = False,
+    weights_as_params: bool = False,
 ) -> LoadedModel:
     """Read ``path`` (format by suffix) into a module of ``ir``.
 
@@ -94,6 +99,10 @@ def load_model(
     trust_model : bool
         Allow the loading steps that can run code from the file: running a ``.py`` that is not
         TVMScript text as a Python program, unpickling a ``.pt2``.
+    weights_as_params : bool
+        Relax, ``.onnx`` only: the weights become parameters of ``main`` from its ``num_input``
+        on (``from_onnx(..., keep_params_in_input=True)``, the values detached), so a plan says
+        what ``LiftTransformParams`` would lift.
 
     Raises
     ------
@@ -120,10 +129,12 @@ def load_model(
         raise CliError(f"{path}: --ir {ir} reads {', '.join(_FORMATS[ir])} files, not {fmt}")
     if not os.access(path, os.R_OK):
         raise CliError(f"{path}: cannot read: permission denied")
+    if weights_as_params and (fmt != "onnx" or ir != "relax"):
+        raise CliError(f"{path}: --weights-as-params reads .onnx models into Relax only")
     layers: Mapping[Tuple[str, str], str] = {}
     sources: Mapping[Tuple[str, str], str] = {}
     if fmt == "onnx":
-        mod, layers, sources = _import_onnx(path, ir)
+        mod, layers, sources = _import_onnx(path, ir, weights_as_params)
     elif fmt == "json":
         mod = _load_json(path, _read(path))
     elif fmt == "tvmscript":
@@ -229,10 +240,10 @@ def _parse_onnx(path: str) -> Any:
 
 
 def _import_onnx(
-    path: str, ir: str
+    path: str, ir: str, weights_as_params: bool = False
 ) -> Tuple[Any, Mapping[Tuple[str, str], str], Mapping[Tuple[str, str], str]]:
     model = _parse_onnx(path)
-    return _frontend_call(lambda: _convert_onnx(model, ir), path, "ONNX")
+    return _frontend_call(lambda: _convert_onnx(model, ir, weights_as_params), path, "ONNX")
 
 
 def _last_line(err: BaseException) -> str:
@@ -261,14 +272,17 @@ def _frontend_call(convert: Callable[[], Any], path: str, frontend: str) -> Any:
 
 
 def _convert_onnx(
-    model: Any, ir: str
+    model: Any, ir: str, weights_as_params: bool = False
 ) -> Tuple[Any, Mapping[Tuple[str, str], str], Mapping[Tuple[str, str], str]]:
     if ir == "relay":
         return _import_onnx_relay(model), {}, {}
+    from tvm.relax.frontend import detach_params
     from tvm.relax.frontend.onnx import from_onnx
 
     with record_onnx_conversions() as recorded:
-        mod = from_onnx(model, keep_params_in_input=False)
+        mod = from_onnx(model, keep_params_in_input=weights_as_params)
+    if weights_as_params:
+        mod, _ = detach_params(mod)
     layers, sources = attribute_bindings(mod, recorded)
     return mod, layers, sources
 

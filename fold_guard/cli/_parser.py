@@ -160,6 +160,13 @@ def _model_options(parser: argparse.ArgumentParser, *, policy_help: str) -> None
         "--fq2i", action="store_true", help="Relay: run FakeQuantizationToInteger after the import"
     )
     parser.add_argument(
+        "--weights-as-params",
+        action="store_true",
+        help="Relax, .onnx: import the weights as parameters of main (from_onnx(..., "
+        "keep_params_in_input=True)), as large-model flows do; the report then says what "
+        "LiftTransformParams lifts and what stays (inspect and draw only)",
+    )
+    parser.add_argument(
         "--trust-model",
         action="store_true",
         help="allow what can run code from MODEL: a .py that is not TVMScript text is run as a "

@@ -368,3 +368,26 @@ def test_progress_only_on_a_terminal():
             progress.step("importing model.onnx")
         assert ("importing model.onnx" in terminal.text) is shown
     assert not Progress(["import"], stream=open(os.devnull, "w")).enabled
+
+
+# weights as parameters ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_inspect_weights_as_params_says_what_is_lifted(tmp_path):
+    path = tmp_path / "cnn_float_weights.onnx"
+    onnx.save(om.make_qdq_cnn(0, float_weights=True), str(path))
+    result = run("inspect", str(path), "-p", "keep-qdq-weights", "--weights-as-params", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    jsonschema.validate(report, load_schema())
+    lifted = [d for d in report["decisions"] if d["action"] == "lift"]
+    assert report["counts"]["by_action"]["lift"] == len(lifted) == 5  # the five weight quantizes
+    assert {d["op"] for d in lifted} == {"relax.quantize"}
+    assert {d["layer"] for d in lifted} == {"conv0", "conv1", "conv2", "conv3", "fc"}
+    assert any(i["kind"] == "parameter" for d in lifted for i in d["inputs"])
+    kept = [d for d in report["decisions"] if d["reason"] == "kept_by_policy"]
+    assert len(kept) == 10 and {d["op"] for d in kept} == {"relax.dequantize"}
+    refused = run("fold", str(path), "--weights-as-params", "-o", str(tmp_path / "out.json"))
+    assert refused.returncode == 2 and "inspect and draw" in refused.stderr
+    assert not (tmp_path / "out.json").exists()
