@@ -54,7 +54,9 @@ def build_model(layers: int, hidden: int):
     from tvm import relax
 
     x = relax.Var("x", relax.TensorType((1, hidden), "float32"))
-    weights = [relax.Var(f"w{i}", relax.TensorType((hidden, hidden), "float32")) for i in range(layers)]
+    weights = [
+        relax.Var(f"w{i}", relax.TensorType((hidden, hidden), "float32")) for i in range(layers)
+    ]
     bb = relax.BlockBuilder()
     scale, zero = relax.const(SCALE), relax.const(0, "int8")
     with bb.function("main", [x, *weights], attrs={"num_input": 1}):
@@ -77,7 +79,7 @@ def _reset_peak() -> None:
 
 def worker(variant: str, layers: int, hidden: int) -> Dict[str, Any]:
     import tvm
-    import tvm.relax.op.vm  # noqa: F401 - LazyTransformParams (0.27) calls relax.op.vm.kill_object
+    import tvm.relax.op.vm  # LazyTransformParams (0.27) calls relax.op.vm.kill_object unimported
     from tvm import relax
 
     mod = build_model(layers, hidden)
@@ -154,7 +156,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=1, help="runs per variant; the fastest is kept")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per variant; the fastest is kept"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()

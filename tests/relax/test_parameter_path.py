@@ -475,10 +475,10 @@ def test_release_before_partitioning_drops_the_stop_with_the_barrier():
             for op in _op_names(mod["main"])
             if op not in ("relax.builtin.stop_lift_params", "relax.fold_barrier")
         ]
-        dequantize = [
+        dequantize = next(
             b.value
             for block in released["main"].body.blocks
             for b in block.bindings
             if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.dequantize"
-        ][0]
+        )
         assert str(dequantize.args[0].ty.dtype) == "int8"
