@@ -36,6 +36,12 @@ def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> An
     - ``fold_allow`` around the root of each constant subgraph ``policy`` folds and the default
       would not (a policy that folds more than the stock pass).
 
+    - Where weights are parameters of a function with ``num_input`` (``from_onnx(...,
+      keep_params_in_input=True)``), a call the policy keeps on a weight gets
+      ``fold_barrier(stop_lift_params(x))``, and so does every barrier already over a weight:
+      ``relax.transform.LiftTransformParams`` then keeps the barrier and what reads it in
+      ``main`` and lifts only what the policy folds (``quantize(w)``), removing the stop.
+
     ``fold_guard.relax.FoldConstant()`` with the default policy on the result then folds exactly
     what ``FoldConstant(policy)`` folds on ``mod`` (plus the annotations it keeps). ``mod`` is not
     changed. A backend pattern table that matches the weight constant sees
