@@ -50,8 +50,7 @@ from ._core import (
     size_guard,
     unregister_policy,
 )
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "DEFAULT_GROWTH_FACTOR",

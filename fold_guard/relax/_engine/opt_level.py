@@ -41,10 +41,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._core.graph import dtype_nbytes
-from . import _compat
-from ._host import NUMPY_EXACT_DTYPES
-from ._lower import CallSite
+from ..._core.graph import dtype_nbytes
+from .. import _compat
+from .._sites import CallSite
+from .host import NUMPY_EXACT_DTYPES
 
 __all__ = [
     "OPTIMIZED_TARGET",

@@ -1,4 +1,4 @@
-"""Relax IRModule -> FoldGraph: one FoldNode per call binding, plus what is needed to evaluate it.
+"""Translation, first half: a Relax IRModule read into call sites, then into FoldGraph nodes.
 
 The adapter models the stock ``relax.transform.FoldConstant`` (``src/relax/transform/
 fold_constant.cc``) closely, because under the ``default`` policy our output must be structurally
@@ -7,11 +7,11 @@ constant when it is a literal constant, or a variable bound to one (also through
 output of a call that folds; variables bound to tuples, tuple items or match casts are not
 constant, as in the stock pass.
 
-Lowering is two steps, because some facts of a node are only known once its call is legalized
-(whether it has a kernel, whether stock folds what the legalizer returns, which zero-size
-operands the kernel reads): :func:`walk_relax` describes every call binding, the adapter
-legalizes the calls :meth:`Walk.candidates` names, and :meth:`Walk.lower` then builds every
-:class:`FoldNode` once, with those facts.
+Translation is two steps, because some facts of a node are only known once its call is
+legalized (whether it has a kernel, whether stock folds what the legalizer returns, which
+zero-size operands the kernel reads): :func:`walk_relax` describes every call binding, ``_legalize``
+legalizes the calls :meth:`Walk.candidates` names, and :meth:`Walk.translate` then builds every
+:class:`FoldNode` once, with those :class:`~fold_guard.relax._sites.PlanningFacts`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 import tvm
@@ -37,43 +37,10 @@ from .._core.graph import (
 from .._core.reasons import Reason
 from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
+from ._sites import CallSite, PlanningFacts, SiteKind, StaticShapeVar
 from ._stock import CALL_TIR_OP, TENSOR_TO_SHAPE_OP, default_decision, not_legalized_rule
 
-if TYPE_CHECKING:
-    from ._kernels import KernelSet
-
-__all__ = ["CallSite", "LoweredModule", "SiteKind", "StaticShapeVar", "Walk", "walk_relax"]
-
-
-class SiteKind(Enum):
-    OP = "op"  # an operator with FLegalize, evaluated through its legalized TIR kernel
-    CALL_TIR = "call_tir"  # call_tir of a PrimFunc in the module
-    TENSOR_TO_SHAPE = "tensor_to_shape"  # read the shape values straight from the constant
-    ALLOW = "allow"
-    BARRIER = "barrier"
-    OTHER = "other"  # anything fold_guard cannot evaluate
-
-
-@dataclass(frozen=True, eq=False)
-class CallSite:
-    """The Relax call behind FoldNode ``node_id``: where it is and how to evaluate it.
-
-    ``leaves`` are the tensor arguments in node-input order; ``template_args`` are the call's
-    arguments with every tensor leaf replaced by its index into ``leaves`` (an ``int``), inline
-    tuples kept as Python tuples, and static arguments (shapes, prim values) as Relax expressions.
-    """
-
-    node_id: int
-    function: str
-    call: relax.Call
-    kind: SiteKind
-    var: relax.Var
-    in_dataflow: bool
-    leaves: Tuple[relax.Expr, ...] = ()
-    leaf_constants: Tuple[Optional[relax.Expr], ...] = ()
-    template_args: Tuple[object, ...] = ()
-    #: leaves that are run-time tensors of a static zero-size shape (see ``_add_leaf``)
-    zero_size_leaves: Tuple[int, ...] = ()
+__all__ = ["Translation", "Walk", "walk_relax"]
 
 
 @dataclass
@@ -89,7 +56,7 @@ class _Leaves:
 
 
 @dataclass(frozen=True)
-class LoweredModule:
+class Translation:
     """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relax functions they came from."""
 
     nodes: Tuple[FoldNode, ...]
@@ -103,7 +70,7 @@ class LoweredModule:
 
 @dataclass(frozen=True)
 class _Facts:
-    """What the walk learns of one call; :meth:`Walk.lower` adds the legalizer's facts."""
+    """What the walk learns of one call; :meth:`Walk.translate` adds the legalizer's facts."""
 
     op: str
     label: str
@@ -128,12 +95,12 @@ class _OpTraits:
 
 @dataclass
 class Walk:
-    """Every call binding of a module, described (:func:`walk_relax`); nodes come from :meth:`lower`."""
+    """Every call binding of a module, described (:func:`walk_relax`); nodes come from :meth:`translate`."""
 
     sites: List[CallSite]
     facts: List[_Facts]
     functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
-    #: see LoweredModule.escaping
+    #: see Translation.escaping
     escaping: Set[int] = field(default_factory=set)
     #: per op name, read once per walk (an attribute read is an FFI call returning a function)
     _op_traits: Dict[str, _OpTraits] = field(default_factory=dict, repr=False)
@@ -174,32 +141,30 @@ class Walk:
             node_id for node_id in reachable if self.sites[node_id].kind is not SiteKind.OTHER
         )
 
-    def lower(self, kernels: KernelSet) -> LoweredModule:
+    def translate(self, legalized: PlanningFacts) -> Translation:
         """Build every FoldNode, once, from the walk's facts and what legalization found."""
-        nodes = tuple(_node(site, facts, kernels) for site, facts in zip(self.sites, self.facts))
-        return LoweredModule(
-            nodes, tuple(self.sites), dict(self.functions), frozenset(self.escaping)
-        )
+        nodes = tuple(_node(site, facts, legalized) for site, facts in zip(self.sites, self.facts))
+        return Translation(nodes, tuple(self.sites), dict(self.functions), frozenset(self.escaping))
 
 
-def _node(site: CallSite, facts: _Facts, kernels: KernelSet) -> FoldNode:
+def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
     """One FoldNode: the walk's facts, plus no kernel at all, or a kernel the stock pass would not use."""
     node_id = site.node_id
     unfoldable, detail = facts.unfoldable, facts.unfoldable_detail
-    if unfoldable is None and node_id in kernels.unsupported:
-        unfoldable, detail = Reason.UNSUPPORTED, kernels.unsupported[node_id]
+    if unfoldable is None and node_id in legalized.unsupported:
+        unfoldable, detail = Reason.UNSUPPORTED, legalized.unsupported[node_id]
     inputs = facts.inputs
-    unread = kernels.unread_zero_size.get(node_id, ())
+    unread = legalized.unread_zero_size.get(node_id, ())
     if unread:
         inputs = tuple(
             dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp
             for i, inp in enumerate(inputs)
         )
     default_fold, default_rule = facts.default_fold, facts.default_rule
-    if node_id in kernels.not_stock_foldable and default_fold:
+    if node_id in legalized.not_stock_foldable and default_fold:
         default_fold, default_rule = (
             False,
-            not_legalized_rule(facts.op, kernels.not_stock_foldable[node_id]),
+            not_legalized_rule(facts.op, legalized.not_stock_foldable[node_id]),
         )
     return FoldNode(
         id=node_id,
@@ -218,37 +183,29 @@ def _node(site: CallSite, facts: _Facts, kernels: KernelSet) -> FoldNode:
     )
 
 
-@dataclass(frozen=True)
-class StaticShapeVar:
-    """A shape variable whose type gives all its values (``s: R.Shape([3, 4])``).
-
-    It is static for folding, like a ShapeExpr, but stays a variable: legalizers see it as the
-    stock pass shows it to them (``shape_to_tensor`` of it becomes a TIR kernel with no inputs).
-    """
-
-    var: relax.Var
-
-    @property
-    def values(self) -> Tuple[int, ...]:
-        return tuple(int(v.value) for v in _compat.type_of(self.var).values)
-
-
 def _is_static_shape_var(arg: relax.Expr) -> bool:
     ty = _compat.type_of(arg)
     values = getattr(ty, "values", None) if isinstance(ty, _compat.ShapeType) else None
     return values is not None and all(isinstance(v, tvm.tirx.IntImm) for v in values)
 
 
-@dataclass(frozen=True)
-class _Env:
+class _Bound(Enum):
     """What a variable is bound to, as far as folding is concerned."""
 
-    kind: str  # "const" | "node" | "shape" | "opaque"
+    CONSTANT = "constant"
+    NODE = "node"  # the result of a call binding
+    SHAPE = "shape"  # a ShapeExpr
+    OPAQUE = "opaque"
+
+
+@dataclass(frozen=True)
+class _Env:
+    kind: _Bound
     value: object = None
     node: Optional[int] = None
 
 
-_OPAQUE = _Env("opaque")  # parameters, match casts, tuples, anything not a constant or a call
+_OPAQUE = _Env(_Bound.OPAQUE)  # parameters, match casts, tuples, anything not a constant or a call
 #: What each variable in scope is bound to, keyed by the variable's handle (``_compat.handle``;
 #: the module being walked keeps every variable alive)
 _Scope = Dict[int, _Env]
@@ -265,21 +222,21 @@ def walk_relax(mod: tvm.IRModule) -> Walk:
             continue
         name = gvar.name_hint
         walk.functions[name] = (gvar, func)
-        _lower_function(mod, name, func, walk)
+        _walk_function(mod, name, func, walk)
     return walk
 
 
-def _lower_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Walk) -> None:
+def _walk_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Walk) -> None:
     if not isinstance(func.body, relax.SeqExpr):
         raise PreconditionError(
             f"function {name}: body is a {type(func.body).__name__}, not a SeqExpr; "
             "hint: run relax.transform.Normalize() first"
         )
     env: _Scope = {_compat.handle(param): _OPAQUE for param in func.params[:]}
-    _lower_seq(mod, name, name, func.body, env, out)
+    _walk_seq(mod, name, name, func.body, env, out)
 
 
-def _lower_seq(
+def _walk_seq(
     mod: tvm.IRModule,
     name: str,
     scope: str,
@@ -309,34 +266,34 @@ def _lower_seq(
             _check_annotation(scope, label, value, args)
             _check_normalized(scope, label, value, args)
             if _compat.is_constant(value):
-                env[key] = _Env("const", value=value)
+                env[key] = _Env(_Bound.CONSTANT, value=value)
             elif isinstance(value, relax.Var):
                 env[key] = env.get(_compat.handle(value), _OPAQUE)
             elif isinstance(value, relax.ShapeExpr):
-                env[key] = _Env("shape", value=value)
+                env[key] = _Env(_Bound.SHAPE, value=value)
             elif isinstance(value, relax.Call):
                 node_id = len(out.sites)
-                site = _lower_call(
+                site = _walk_call(
                     mod, name, scope, var, value, args, in_dataflow, env, node_id, out
                 )
                 out.sites.append(site)
-                env[key] = _Env("node", node=node_id)
+                env[key] = _Env(_Bound.NODE, node=node_id)
             else:
                 _mark_escaping(value, env, out)
                 if isinstance(value, relax.If):
                     for branch in (value.true_branch, value.false_branch):
                         if isinstance(branch, relax.SeqExpr):
-                            _lower_seq(mod, name, scope, branch, dict(env), out)
+                            _walk_seq(mod, name, scope, branch, dict(env), out)
                 elif isinstance(value, relax.Function) and isinstance(value.body, relax.SeqExpr):
                     inner = dict(env)
                     inner.update({_compat.handle(p): _OPAQUE for p in value.params[:]})
-                    _lower_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
+                    _walk_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
                 env[key] = _OPAQUE
     _mark_escaping(seq.body, env, out)
 
 
 def _mark_escaping(expr: relax.Expr, env: _Scope, out: Walk) -> None:
-    """Record the nodes whose variables ``expr`` uses (see ``LoweredModule.escaping``)."""
+    """Record the nodes whose variables ``expr`` uses (see ``Translation.escaping``)."""
     for var in [expr] if isinstance(expr, relax.Var) else relax.analysis.free_vars(expr):
         bound = env.get(_compat.handle(var))
         if bound is not None and bound.node is not None:
@@ -380,7 +337,7 @@ def _check_normalized(scope: str, label: str, value: relax.Expr, args: List[rela
     )
 
 
-def _lower_call(
+def _walk_call(
     mod: tvm.IRModule,
     function: str,
     scope: str,
@@ -505,7 +462,7 @@ def _add_leaf(arg: relax.Expr, env: _Scope, out: _Leaves) -> object:
     if isinstance(arg, relax.Tuple):
         return tuple(_add_leaf(field_, env, out) for field_ in arg.fields[:])
     bound = env.get(_compat.handle(arg), _OPAQUE) if isinstance(arg, relax.Var) else None
-    if bound is not None and bound.kind == "shape":
+    if bound is not None and bound.kind is _Bound.SHAPE:
         return bound.value
     ty = _compat.type_of(arg)
     is_tensor = isinstance(ty, _compat.TensorType)
@@ -522,10 +479,10 @@ def _add_leaf(arg: relax.Expr, env: _Scope, out: _Leaves) -> object:
         out.inputs.append(NodeInput(InputKind.CONSTANT, "const", tensor))
     elif bound is None:
         out.inputs.append(NodeInput(InputKind.RUNTIME, type(arg).__name__, tensor))  # not in ANF
-    elif bound.kind == "const" and is_tensor:
+    elif bound.kind is _Bound.CONSTANT and is_tensor:
         constant = bound.value
         out.inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
-    elif bound.kind == "node" and is_tensor:
+    elif bound.kind is _Bound.NODE and is_tensor:
         out.inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
     else:
         if bound.node is not None:  # a tuple-typed call result, read whole
@@ -536,7 +493,7 @@ def _add_leaf(arg: relax.Expr, env: _Scope, out: _Leaves) -> object:
         if shape is not None and None not in shape and 0 in shape:
             # A zero-size tensor has one possible value, the empty one. Stock folds a call on it
             # when the call's legalized kernel does not read it (``sum`` over a zero-size axis
-            # legalizes to ``full(0)``); the kernels tell (``KernelSet.unread_zero_size``).
+            # legalizes to ``full(0)``); the kernels tell (``PlanningFacts.unread_zero_size``).
             out.zero_size.append(index)
             constant = relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
     out.constants.append(constant)
