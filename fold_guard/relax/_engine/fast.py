@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 from functools import partial
-from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..._core.driver import pending_levels, releasable
 from ..._core.graph import FoldGraph, FoldNode
@@ -64,6 +64,8 @@ class FastEngine:
         )
         self._library = KernelLibrary(cache, options.threads, self.stats)
         self._strategies: Dict[int, Strategy] = {}
+        #: (id of a KernelSpec, target) -> its compiled function (the spec lives in _kernels)
+        self._functions: Dict[Tuple[int, str], Any] = {}
 
     def prepare(self, plan: FoldPlan) -> None:
         self._strategies = choose_strategies(
@@ -159,7 +161,12 @@ class FastEngine:
             return Call(node, start_copy, nbytes)
         kernel = strategy.kernel
         assert kernel is not None, "a kernel strategy names its kernel"
-        function = self._library.function(kernel.prim_func, strategy.target_for(site, leaves))
+        target = strategy.target_for(site, leaves)
+        function = self._functions.get((id(kernel), target))
+        if function is None:
+            function = self._functions[(id(kernel), target)] = self._library.function(
+                kernel.prim_func, target
+            )
         args = [leaves[a] if isinstance(a, int) else a for a in kernel.arg_map]
         blocks = strategy.blocks
 
