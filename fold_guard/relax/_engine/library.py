@@ -99,15 +99,17 @@ class KernelLibrary:
             symbol: cache.key(cache.digest(func), target)
             for symbol, (func, target) in funcs.items()
         }
-        found = cache.lookup(sorted(set(keys.values())))
+        try:
+            found = cache.lookup(sorted(set(keys.values())))
+        except Exception as err:  # noqa: BLE001 - counted: the kernels are built in memory
+            self._count_cache_fault("reading", cache, err)
+            return funcs
         missing = {key: funcs[symbol] for symbol, key in keys.items() if key not in found}
         if missing:
             try:
                 found.update(cache.build(missing, threads=self._threads))
             except Exception as err:  # noqa: BLE001 - counted: the kernels are built in memory
-                note = f"kernel cache: building through {cache.dir} failed ({err}); built in memory"
-                self._stats.fallbacks.append(note.splitlines()[0])
-                logger.info("fold_guard %s", self._stats.fallbacks[-1])
+                self._count_cache_fault("building through", cache, err)
         left: Dict[str, Tuple[tvm.tirx.PrimFunc, str]] = {}
         for symbol, key in keys.items():
             if key in found:
@@ -119,3 +121,8 @@ class KernelLibrary:
             {key for key in keys.values() if key in found and key not in missing}
         )
         return left
+
+    def _count_cache_fault(self, doing: str, cache: KernelCache, err: Exception) -> None:
+        note = f"kernel cache: {doing} {cache.dir} failed ({type(err).__name__}: {err})"
+        self._stats.fallbacks.append(note.splitlines()[0] + "; kernels built in memory")
+        logger.info("fold_guard %s", self._stats.fallbacks[-1])
