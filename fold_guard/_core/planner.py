@@ -118,19 +118,6 @@ class FoldPlan:
         counts = Counter(d.reason for d in self.decisions)
         return {reason: counts[reason] for reason in Reason if counts[reason]}
 
-    def summary(
-        self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None, verbose: bool = False
-    ) -> str:
-        """Grouped text: counts by reason and op, what each rule decided; ``verbose`` adds every call.
-
-        ``layers`` maps ``(function, label)`` to a layer name (an ONNX node name, say) to print
-        beside the variable. See :mod:`fold_guard._core.summary`.
-        """
-        # Imported here: the summary module builds on FoldPlan.
-        from .summary import format_summary, summarize
-
-        return format_summary(self, summarize(self, layers=layers), verbose=verbose)
-
     def explain(self, *, verbose: bool = True) -> str:
         """A readable report: counts by reason, then (``verbose``) one line per decision."""
         counts = ", ".join(f"{n} {reason.text}" for reason, n in self.count_by_reason().items())

@@ -4,7 +4,7 @@ Stock ``FoldConstant`` legalizes, builds and runs each call on its own. Here cal
 *op signature*: the operator, its attributes, its static arguments, and for each tensor argument
 its dtype and, per dim, whether it is 0, 1 or larger (size-1 dims broadcast, so they must not
 hide behind a symbolic dim). A group whose members all share one shape gets a static kernel; a
-group of a shape-generic op (``SHAPE_GENERIC_OPS``: elementwise ops, Q/DQ, broadcasts and
+group of a shape-generic op (``_shape_generic``: elementwise ops, Q/DQ, broadcasts and
 transposes) whose members differ in shape gets one kernel over symbolic shapes, which serves
 every member whose result shape it reproduces; everything else gets one static kernel per
 distinct shape. All requests go through one ``LegalizeOps``.
@@ -33,44 +33,11 @@ import tvm_ffi
 from tvm import relax
 
 from . import _compat
+from ._shape_generic import SHAPE_GENERIC_OPS, is_shape_generic
 from ._sites import CallSite, KernelSpec, PlanningFacts, SiteKind, StaticShapeVar
 from ._stock import legalized_call_tir, needs_scalar_decision
 
 __all__ = ["SHAPE_GENERIC_OPS", "Legalization", "legalize_candidates", "legalize_each"]
-
-_ELEMENTWISE = (
-    "abs acos acosh asin asinh astype atan atanh bitwise_not ceil clip cos cosh erf exp floor "
-    "isfinite isinf isnan log logical_not negative nn.relu nn.silu nn.gelu nn.gelu_tanh round "
-    "rsqrt sigmoid sign sin sinh sqrt square tan tanh trunc "
-    "add atan2 bitwise_and bitwise_or bitwise_xor divide equal floor_divide floor_mod greater "
-    "greater_equal left_shift less less_equal log_add_exp logical_and logical_or logical_xor "
-    "maximum minimum mod multiply not_equal power right_shift subtract where"
-)
-#: Ops whose kernel computes the same values whatever the static sizes of its dims (apart from
-#: the 0/1 dim classes that are part of the signature), so one kernel over symbolic dims may
-#: serve calls of different shapes. Others get one static kernel per distinct shape, as the stock
-#: pass builds them: some TOPI computes decide their loop structure, and so their float
-#: summation order, from static sizes (``adaptive_avg_pool2d`` does when a window divides evenly).
-SHAPE_GENERIC_OPS = frozenset(
-    [f"relax.{name}" for name in _ELEMENTWISE.split()]
-    + [
-        "relax.quantize",
-        "relax.dequantize",
-        "relax.broadcast_to",
-        "relax.permute_dims",
-        "relax.expand_dims",
-    ]
-)
-#: Ops of SHAPE_GENERIC_OPS whose result C and LLVM leave undefined for some integer operands
-#: (division by zero, ``INT_MIN / -1``, a shift by at least the bit width). What such a kernel
-#: returns there depends on the generated code, which differs between a symbolic kernel and the
-#: static one stock compiles, so on integers they get static kernels. (``quantize`` clips before
-#: it converts, so its conversion is always in range.)
-_UNDEFINED_ON_INTEGERS = frozenset(
-    f"relax.{name}"
-    for name in ("divide", "floor_divide", "floor_mod", "mod", "left_shift", "right_shift")
-)
-_ASTYPE_OP = "relax.astype"
 
 
 @dataclass(frozen=True)
@@ -319,38 +286,12 @@ def _static_requests(
     ]
 
 
-def _is_integer(dtype: str) -> bool:
-    return dtype.startswith(("int", "uint"))
-
-
-def _is_shape_generic(site: CallSite) -> bool:
-    """Whether one symbolic kernel computes, for every shape, the bits stock's static kernel does.
-
-    Only where the result is defined for every input value: a float-to-integer ``astype`` of an
-    out-of-range value or NaN is undefined behaviour, and a symbolic kernel gave ``44`` where
-    stock's static one gives ``127`` for ``astype(300.0, "int8")``. The dtypes are part of the
-    op signature, so the first member answers for the whole group.
-    """
-    op = site.call.op.name
-    if op not in SHAPE_GENERIC_OPS:
-        return False
-    in_dtypes = [_compat.dtype_of(_leaf_type(site, i)) for i in range(len(site.leaves))]
-    if op in _UNDEFINED_ON_INTEGERS:
-        return not any(_is_integer(dtype) for dtype in in_dtypes)
-    if op == _ASTYPE_OP:
-        out_dtype = _compat.dtype_of(_compat.type_of(site.call))
-        return not (
-            _is_integer(out_dtype) and any(not _is_integer(d) and d != "bool" for d in in_dtypes)
-        )
-    return True
-
-
 def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Function, _Request]]:
     """The kernel request of one op-signature group, plus its decision request if it has scalars."""
     distinct_shapes = len({_shapes(site) for site in members})
     if distinct_shapes == 1:
         requests = [_make_request(name, members, symbolic=False, scalars_as_constants=False)]
-    elif _is_shape_generic(members[0]):
+    elif is_shape_generic(members[0]):
         try:
             requests = [_make_request(name, members, symbolic=True, scalars_as_constants=False)]
         except Exception:  # noqa: BLE001 - type inference rejected the symbolic dims

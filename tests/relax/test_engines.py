@@ -56,12 +56,12 @@ def _same_fold(got: fgr.FoldResult, want: fgr.FoldResult) -> None:
     assert got.report.fallbacks == ()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_fast_equals_reference_on_the_corpus(name, tmp_path) -> None:
     reference = fgr.fold(BUILDERS[name](), reference_engine=True)
     assert reference.report.kernels_cached == 0
-    for _ in ("cold", "warm"):
-        _same_fold(fgr.fold(BUILDERS[name](), engine_options=_fast(tmp_path)), reference)
+    _same_fold(fgr.fold(BUILDERS[name](), engine_options=_fast(tmp_path)), reference)
 
 
 def _nan_makers(shape):
@@ -95,10 +95,10 @@ def test_nan_from_a_kernel_shared_between_shapes_has_the_reference_bits(tmp_path
     assert payloads == {0xFFC00000}
 
 
-@pytest.mark.parametrize("switch", sorted(MECHANISMS))
-def test_each_mechanism_off_gives_the_same_bits(switch, tmp_path) -> None:
-    """A module that uses every mechanism: a transpose NumPy copies in stripes, Q/DQ at -O0
-    with a guard, a 16 MiB dequantize in row blocks on the pool, a kernel cache."""
+@pytest.fixture(scope="module")
+def every_mechanism():
+    """A module that uses every mechanism (a transpose NumPy copies in stripes, Q/DQ at -O0
+    with a guard, a 16 MiB dequantize in row blocks on the pool), and its reference fold."""
     rng = np.random.default_rng(5)
 
     def calls():
@@ -122,15 +122,19 @@ def test_each_mechanism_off_gives_the_same_bits(switch, tmp_path) -> None:
         ]
 
     mod = calls_module(calls)
-    reference = fgr.fold(mod, reference_engine=True)
-    everything = fgr.fold(mod, engine_options=_fast(tmp_path / "all"))
-    _same_fold(everything, reference)
-    off = fgr.fold(mod, engine_options=_fast(tmp_path / "off", **{switch: MECHANISMS[switch]}))
-    _same_fold(off, reference)
+    return mod, fgr.fold(mod, reference_engine=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["bert_tiny", "mobilenet_v2", "vit_small"])
+@pytest.mark.parametrize("switch", [None, *sorted(MECHANISMS)])
+def test_each_mechanism_off_gives_the_same_bits(switch, every_mechanism, tmp_path) -> None:
+    mod, reference = every_mechanism
+    changes = {} if switch is None else {switch: MECHANISMS[switch]}
+    _same_fold(fgr.fold(mod, engine_options=_fast(tmp_path, **changes)), reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bert_tiny"])
 def test_fast_equals_reference_on_real_model_shapes(name, tmp_path) -> None:
     """bench/real_models.py at 1/8 width: the layer structure and kernel signatures of the
     real architectures (the benchmark checks the full-size ones against stock every run)."""
@@ -165,6 +169,7 @@ FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", sorted(FAULTS))
 def test_a_fault_in_a_fast_mechanism_is_counted_and_changes_no_bit(
     where, tmp_path, monkeypatch, caplog

@@ -18,7 +18,7 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard import Action, FoldPolicy, Rule, UnsupportedIRError
-from fold_guard.relax import _compat, _legalize, _walk
+from fold_guard.relax import _compat, _legalize, _read, _walk
 
 
 def _module() -> tvm.IRModule:
@@ -82,7 +82,7 @@ def test_call_attributes_read_late_equal_read_early():
     legalized = _legalize.legalize_candidates(mod, walk.sites, walk.candidates())
     nodes = walk.translate(legalized.facts).nodes
     sum_node = next(node for node in nodes if node.op == "relax.sum")
-    eager = _walk._read_attrs(walk.sites[sum_node.id].call.attrs)
+    eager = _read.read_attrs(walk.sites[sum_node.id].call.attrs)
     assert eager["keepdims"] is True and eager["axis"] == (1,)
     assert dict(sum_node.attrs) == eager
     assert sum_node.attrs == eager and len(sum_node.attrs) == len(eager)
