@@ -26,9 +26,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Set, Tuple
 
-from .errors import ConflictingAnnotationsError, FoldNotPossibleError, PreconditionError
+from .errors import (
+    ConflictingAnnotationsError,
+    FoldNotPossibleError,
+    PolicyRuleError,
+    PreconditionError,
+)
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
-from .policy import BUDGET_RULE, CallView, FoldPolicy
+from .policy import BUDGET_RULE, CallView, FoldPolicy, Rule
 from .reasons import Action, Reason
 from .uses import GraphUses
 
@@ -308,7 +313,7 @@ def _decide(
 
     if node.lowered and policy.reads_ops:
         raise _lowered_call_error(node, policy)
-    verdict = policy.decide(CallView(node, graph, uses))
+    verdict = _checked_verdict(policy, node, policy.decide(CallView(node, graph, uses)))
     if verdict is not None:
         action, rule = verdict
         if action is Action.FOLD:
@@ -317,6 +322,30 @@ def _decide(
     if node.default_fold:
         return fold(DEFAULT_RULE)
     return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.default_rule)
+
+
+def _checked_verdict(
+    policy: FoldPolicy, node: FoldNode, verdict: object
+) -> Optional[Tuple[Action, Rule]]:
+    """``verdict`` as ``FoldPolicy.decide`` promises it (None or ``(Action, Rule)``), else an error.
+
+    A subclass may override ``decide``; what it returns is checked here, so a wrong answer
+    names the policy instead of failing deep in the planner.
+    """
+    if verdict is None:
+        return None
+    if (
+        isinstance(verdict, tuple)
+        and len(verdict) == 2
+        and isinstance(verdict[0], Action)
+        and isinstance(verdict[1], Rule)
+    ):
+        return verdict
+    raise PolicyRuleError(
+        f"policy {policy.name!r} ({type(policy).__name__}.decide) returned {verdict!r} for "
+        f"{node.label} = {node.op} in function {node.function}; hint: decide must return None "
+        "(no opinion) or a pair (Action, Rule), the rule that chose the action"
+    )
 
 
 def _over_budget(node: FoldNode, max_fold_bytes: Optional[int]) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .._core.graph import InputKind, NodeInput
+from .._core.graph import InputKind, NodeInput, TensorInfo
 from . import _compat
 from ._read import tensor_info
 from ._sites import StaticShapeVar
@@ -97,17 +97,29 @@ def add_leaf(arg: relax.Expr, env: Scope, out: Leaves) -> object:
         out.inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
     elif bound.kind is Bound.NODE and is_tensor:
         out.inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
+        constant = _zero_size_constant(tensor, index, out)
     else:
         if bound.node is not None:  # a tuple-typed call result, read whole
             out.escaping.append(bound.node)
         # parameters, and (as in the stock pass) variables bound to tuples or shapes
         out.inputs.append(NodeInput(InputKind.RUNTIME, _compat.var_name(arg), tensor))
-        shape = tensor.shape if tensor is not None else None
-        if shape is not None and None not in shape and 0 in shape:
-            # A zero-size tensor has one possible value, the empty one. Stock folds a call on it
-            # when the call's legalized kernel does not read it (``sum`` over a zero-size axis
-            # legalizes to ``full(0)``); the kernels tell (``PlanningFacts.unread_zero_size``).
-            out.zero_size.append(index)
-            constant = relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
+        constant = _zero_size_constant(tensor, index, out)
     out.constants.append(constant)
     return index
+
+
+def _zero_size_constant(
+    tensor: Optional[TensorInfo], index: int, out: Leaves
+) -> Optional[relax.Expr]:
+    """The one value of a tensor leaf of a static zero-size shape (None for any other leaf).
+
+    A zero-size tensor has one possible value, the empty one, whether a parameter or a call
+    computes it. Stock folds a call on it when the call's legalized kernel does not read it
+    (``sum`` over a zero-size axis legalizes to ``full(0)``); legalization tells
+    (``PlanningFacts.unread_zero_size``).
+    """
+    shape = tensor.shape if tensor is not None else None
+    if shape is None or None in shape or 0 not in shape:
+        return None
+    out.zero_size.append(index)
+    return relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]

@@ -255,6 +255,11 @@ def _walk_seq(
                     inner.update({_compat.handle(p): OPAQUE for p in value.params[:]})
                     _walk_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
                 env[key] = OPAQUE
+    if not _compat.has_type(seq.body):
+        # a function built without a BlockBuilder (relax.Function(params, call)): TVM's
+        # normalizer would write the types it infers into the caller's nodes
+        result_args = seq.body.args[:] if isinstance(seq.body, relax.Call) else []
+        check_normalized(scope, "its result", seq.body, result_args)
     _mark_escaping(seq.body, env, out)
 
 
