@@ -28,7 +28,7 @@ class FoldReport:
     ``constant_bytes_before`` / ``constant_bytes_after`` are the bytes of all tensor constants in
     the module's functions before and after the pass, counted when first read: ``constant_bytes``
     is the pair or the function that counts it, because counting visits every constant of both
-    modules (11-12 ms of a 270-340 ms warm fold of ViT-S) and a pass run inside a pipeline never
+    modules (a noticeable part of a warm fold) and a pass run inside a pipeline never
     reads them; until they are read the report keeps both modules alive.
 
     ``seconds`` maps each step (for Relax: lower, legalize, plan, compile, evaluate, rewrite) to

@@ -183,8 +183,9 @@ def _copy(target: np.ndarray, source: np.ndarray) -> None:
 
     NumPy copies in the target's order, so a transposed ``source`` is read down its columns; at
     a power-of-two row stride those reads all compete for a few cache sets and a 1000 x 2048
-    float32 transpose takes 8-13 ms. Copied 16 source rows at a time, each stripe reads those
-    rows front to back and writes 16 consecutive elements of every target row: 3-4 ms.
+    float32 transpose is slow. Copied 16 source rows at a time, each stripe reads those rows
+    front to back and writes 16 consecutive elements of every target row (``bench/README.md``
+    has what that buys).
     """
     if (
         source.ndim != 2

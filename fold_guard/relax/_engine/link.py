@@ -64,10 +64,11 @@ def build_shared_library(functions: Functions, path: str, *, threads: int = 1) -
     >>> from tvm import te
     >>> a = te.placeholder((3,), "float32", name="a")
     >>> func = te.create_prim_func([a, te.compute((3,), lambda i: a[i] + 1.0)])
-    >>> out = os.path.join(tempfile.mkdtemp(), "lib.so")
-    >>> build_shared_library({"add_one": (func.with_attr("global_symbol", "add_one"), "llvm")}, out)
     >>> result = tvm.runtime.empty((3,), "float32")
-    >>> tvm.runtime.load_module(out)["add_one"](tvm.runtime.tensor(np.arange(3, dtype="float32")), result)
+    >>> with tempfile.TemporaryDirectory() as workdir:
+    ...     out = os.path.join(workdir, "lib.so")
+    ...     build_shared_library({"add_one": (func.with_attr("global_symbol", "add_one"), "llvm")}, out)
+    ...     tvm.runtime.load_module(out)["add_one"](tvm.runtime.tensor(np.arange(3, dtype="float32")), result)
     >>> result.numpy()
     array([1., 2., 3.], dtype=float32)
     """

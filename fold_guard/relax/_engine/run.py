@@ -40,7 +40,7 @@ class Call:
     """One folded call, ready to run.
 
     ``start`` allocates its outputs, on the calling thread (allocations on pool threads land in
-    per-thread malloc arenas, which hold on to freed memory: +33 MiB at 1 GiB of weights), and
+    per-thread malloc arenas, which hold on to freed memory), and
     returns the computation in ``parts`` parts, which any threads may run at once.
     """
 
