@@ -325,10 +325,6 @@ for _dtype in ("bool", "int8", "uint8", "int32", "int64", "float16", "float64", 
     KINDS[f"dtype-{_dtype}"] = Kind(lambda d=_dtype: _dtype_module(d), FOLD, check=_like_stock)
 
 
-def test_the_catalogue_has_at_least_thirty_kinds():
-    assert len(KINDS) >= 30
-
-
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_bad_input(kind):
     check_kind(KINDS[kind])
