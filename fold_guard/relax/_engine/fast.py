@@ -153,6 +153,7 @@ class FastEngine:
         nbytes = sum(info.nbytes or 0 for info in node.outputs)
         if strategy.way is Way.HOST_COPY:
             host, striped = strategy.host, self._options.striped_transposes
+            assert host is not None, "a host-copy strategy names its copy"
 
             def start_copy() -> List[Any]:
                 (out,) = allocate(node.outputs[:1])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class Strategy:
     guard: Optional[ValueGuard] = None
     blocks: Optional[RowBlocks] = None
 
-    def target_for(self, site: CallSite, leaves: Sequence[object]) -> str:
+    def target_for(self, site: CallSite, leaves: Sequence[Any]) -> str:
         """The target to run ``site`` with on these operand values: ``-O3`` where the guard fails."""
         if self.guard is None or self.guard(site, [np.from_dlpack(leaf) for leaf in leaves]):
             return self.target
