@@ -95,33 +95,33 @@ def test_nan_from_a_kernel_shared_between_shapes_has_the_reference_bits(tmp_path
     assert payloads == {0xFFC00000}
 
 
-@pytest.fixture(scope="module")
-def every_mechanism():
-    """A module that uses every mechanism (a transpose NumPy copies in stripes, Q/DQ at -O0
-    with a guard, a 16 MiB dequantize in row blocks on the pool), and its reference fold."""
-    rng = np.random.default_rng(5)
+def _mechanism_calls(weight_shape, seed: int):
+    """Calls that use every mechanism: a transpose NumPy copies (in stripes when the weight is
+    1024 x 2048), Q/DQ at -O0 with a guard, a 16 MiB dequantize in row blocks on the pool (a
+    smaller one of the same signature makes its kernel symbolic, so it can split), and exp."""
+    rng = np.random.default_rng(seed)
 
     def calls():
-        weight = rng.standard_normal((1024, 2048)).astype("float32")
+        weight = rng.standard_normal(weight_shape).astype("float32")
         table = rng.integers(-128, 128, (32768, 128), dtype="int8")
-        q = relax.op.quantize(
-            relax.const(weight), relax.const(np.float32(0.02)), relax.const(np.int8(0)), axis=0
-        )
+        scale, zero = relax.const(np.float32(0.02)), relax.const(np.int8(0))
+        q = relax.op.quantize(relax.const(weight), scale, zero, axis=0)
+        table_scale, table_zero = relax.const(np.float32(0.03)), relax.const(np.int8(1))
         return [
             relax.op.permute_dims(relax.const(weight)),
-            relax.op.dequantize(q, relax.const(np.float32(0.02)), relax.const(np.int8(0)), axis=0),
-            relax.op.dequantize(
-                relax.const(table), relax.const(np.float32(0.03)), relax.const(np.int8(1)), axis=1
-            ),
-            relax.op.dequantize(
-                relax.const(table[:4096]),
-                relax.const(np.float32(0.03)),
-                relax.const(np.int8(1)),
-                axis=1,
-            ),
+            relax.op.dequantize(q, scale, zero, axis=0),
+            relax.op.dequantize(relax.const(table), table_scale, table_zero, axis=1),
+            relax.op.dequantize(relax.const(table[:4096]), table_scale, table_zero, axis=1),
+            relax.op.exp(relax.const(weight)),
         ]
 
-    mod = calls_module(calls)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def every_mechanism():
+    """A module that uses every mechanism, and its reference fold."""
+    mod = calls_module(_mechanism_calls((1024, 2048), 5))
     return mod, fgr.fold(mod, reference_engine=True)
 
 
@@ -174,30 +174,7 @@ FAULTS = {
 def test_a_fault_in_a_fast_mechanism_is_counted_and_changes_no_bit(
     where, tmp_path, monkeypatch, caplog
 ):
-    rng = np.random.default_rng(9)
-
-    def calls():
-        table = rng.integers(-128, 128, (32768, 128), dtype="int8")
-        weight = rng.standard_normal((64, 32)).astype("float32")
-        q = relax.op.quantize(
-            relax.const(weight), relax.const(np.float32(0.02)), relax.const(np.int8(0)), axis=0
-        )
-        return [
-            relax.op.permute_dims(relax.const(weight)),
-            relax.op.dequantize(q, relax.const(np.float32(0.02)), relax.const(np.int8(0)), axis=0),
-            relax.op.dequantize(
-                relax.const(table), relax.const(np.float32(0.03)), relax.const(np.int8(1)), axis=1
-            ),
-            relax.op.dequantize(  # another shape: one symbolic kernel, so the large one splits
-                relax.const(table[:4096]),
-                relax.const(np.float32(0.03)),
-                relax.const(np.int8(1)),
-                axis=1,
-            ),
-            relax.op.exp(relax.const(weight)),
-        ]
-
-    mod = calls_module(calls)
+    mod = calls_module(_mechanism_calls((64, 32), 9))
     stock = relax.transform.FoldConstant()(mod)
     if where == "strategy":
         monkeypatch.setattr(fast, "choose_strategies", lambda *a: {})
