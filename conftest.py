@@ -180,3 +180,32 @@ def pytest_terminal_summary(
             red=True,
             bold=True,
         )
+
+
+#: Parametrised tests whose size is part of what they check (a catalogue of kinds of bad input, a
+#: corpus): test function -> the fewest cases it may have. Checked when the whole function is
+#: collected, before any ``-m`` / ``-k`` selection, so a shrunken catalogue stops the run at
+#: collection instead of passing quietly.
+MIN_CASES: Dict[str, int] = {
+    "tests/relax/test_bad_input_catalogue.py::test_bad_input": 30,
+    "tests/relax/test_equivalence.py::test_corpus_well_formed_and_deterministic": 30,
+    "tests/relay/test_bad_input_catalogue_relay.py::test_bad_input": 30,
+    "tests/relay/test_corpus_stock.py::test_module_typed_and_deterministic": 26,
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    if any("::" in str(arg) for arg in config.args):
+        return  # single tests asked for by node id: their functions are not collected whole
+    counts: Dict[str, int] = {}
+    for item in items:
+        function = item.nodeid.split("[", 1)[0]
+        if function in MIN_CASES:
+            counts[function] = counts.get(function, 0) + 1
+    short = {f: n for f, n in counts.items() if n < MIN_CASES[f]}
+    if short:
+        raise pytest.UsageError(
+            "fold_guard: parametrised suites smaller than they must be (test: cases < minimum): "
+            + ", ".join(f"{f}: {n} < {MIN_CASES[f]}" for f, n in sorted(short.items()))
+        )

@@ -13,9 +13,13 @@ peak RSS and saves the folded module with ``tvm.ir.save_json``. Runs per (model,
 ``stock`` (``relax.transform.FoldConstant()``), ``cold`` (``fold_guard.relax.fold(mod,
 policy="default")`` with an empty kernel cache directory) and ``warm`` (the same, with the cache
 directory the first cold run filled); with ``--uncached`` also ``uncached`` (``kernel_cache=False``,
-no cache at all). The parent checks that every fold_guard output is
-structurally equal to stock's (``tvm_ffi.structural_equal``, which compares constant data too)
-and exits non-zero otherwise.
+no cache at all). ``--compare-with DIR`` adds ``cold`` and ``warm`` runs of the fold_guard checkout
+in DIR (put first on ``PYTHONPATH``), and ``--variant NAME:KEY=VALUE,...`` runs of this checkout
+with engine options changed (``fold_guard.relax._engine.EngineOptions``: one speed mechanism
+switched off, say); each repeat runs every implementation once, in turn, so the variants
+interleave (A/B/A/B). The parent checks that every fold_guard output is structurally equal to
+stock's (``tvm_ffi.structural_equal``, which compares constant data too) and exits non-zero
+otherwise.
 
 Run ``python bench/bench_real_models.py --help`` for the options; see bench/README.md.
 """
@@ -26,10 +30,11 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import real_models
 from _harness import fold_fields, keep_best, peak_rss_kib, rss_kib, run_worker
@@ -40,6 +45,8 @@ sys.path.insert(
 )
 
 IMPLS = ("stock", "cold", "warm", "uncached")
+#: what a worker runs: an IMPLS entry, without the checkout or variant it names
+KINDS = IMPLS
 STEPS = ("lower", "legalize", "plan", "compile", "evaluate", "rewrite")
 #: --quick: the two smallest CNN-like and transformer-like models, int8 form only.
 QUICK_MODELS = ("mobilenet_v2", "bert_tiny")
@@ -56,6 +63,15 @@ def worker(args: argparse.Namespace) -> int:
 
     import fold_guard.relax as fgr
 
+    fold_options: Dict[str, Any] = {}
+    if args.engine:  # a variant: this checkout's engine with some options changed
+        import dataclasses
+
+        from fold_guard.relax._config import resolve_options
+
+        changes = {k: _option_value(v) for k, v in (kv.split("=") for kv in args.engine.split(","))}
+        base = resolve_options(kernel_cache=args.cache)
+        fold_options["engine_options"] = dataclasses.replace(base, **changes)
     mod = import_relax(onnx.load(args.onnx))
     stock_pass = relax.transform.FoldConstant()  # registry lookup outside the timed region
     # peak_rss_kib, not ru_maxrss, which would report at least this parent's RSS (about 950 MiB
@@ -68,8 +84,9 @@ def worker(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - t0
     else:
         # fgr.FoldConstant()'s transform_module is fold(mod, ...).mod; fold() also gives the report
-        cache = False if args.impl == "uncached" else args.cache
-        result = fgr.fold(mod, policy="default", kernel_cache=cache)
+        if not fold_options:
+            fold_options["kernel_cache"] = False if args.impl == "uncached" else args.cache
+        result = fgr.fold(mod, policy="default", **fold_options)
         seconds = time.perf_counter() - t0
         out = result.mod
         info = fold_fields(result)
@@ -77,6 +94,7 @@ def worker(args: argparse.Namespace) -> int:
     with open(args.out, "w") as f:
         f.write(tvm.ir.save_json(out))
     info.update(seconds=seconds, peak_kib=peak, delta_kib=max(0, peak - rss_before))
+    info["fold_guard"] = os.path.dirname(os.path.dirname(os.path.abspath(fgr.__file__)))
     print("RESULT " + json.dumps(info), flush=True)
     return 0
 
@@ -84,33 +102,90 @@ def worker(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parent
 
 
+def _option_value(text: str) -> Any:
+    lowered = text.strip().lower()
+    if lowered in ("0", "false", "off", "no"):
+        return False
+    if lowered in ("1", "true", "on", "yes"):
+        return True
+    return int(text)
+
+
 def measure(
-    onnx_path: str, label: str, impls: Sequence[str], repeat: int, tmpdir: str
+    onnx_path: str,
+    label: str,
+    impls: Sequence[str],
+    repeat: int,
+    tmpdir: str,
+    *,
+    trees: Optional[Dict[str, str]] = None,
+    variants: Optional[Dict[str, str]] = None,
+    stat: str = "min",
 ) -> Tuple[Dict[str, Dict[str, Any]], bool]:
-    """min over ``repeat`` runs of each of ``impls``, and whether every fold_guard run equals stock."""
+    """min (or median) over ``repeat`` runs of each of ``impls``, and whether every fold_guard
+    run equals stock.
+
+    An impl ``cold@NAME`` / ``warm@NAME`` runs the checkout ``trees[NAME]``; ``cold:NAME`` /
+    ``warm:NAME`` runs this checkout with the engine options ``variants[NAME]``. Every repeat
+    runs each impl once, in the order given, so the implementations interleave.
+    """
     import tvm
     import tvm_ffi
 
-    best: Dict[str, Dict[str, Any]] = {}
+    runs: Dict[str, List[Dict[str, Any]]] = {}
     outs: Dict[str, str] = {}
-    for impl in impls:
-        for r in range(repeat):
+    for r in range(repeat):
+        for impl in impls:
+            kind, _, name = impl.replace("@", ":").partition(":")
             out = os.path.join(tmpdir, f"{label}-{impl}-{r}.json")
             # cold: a fresh empty directory per run; warm: the one the first cold run filled
-            cache = os.path.join(tmpdir, f"cache-{label}-{0 if impl == 'warm' else r}")
-            options = {"onnx": onnx_path, "impl": impl, "out": out, "cache": cache}
-            keep_best(best, impl, run_worker(os.path.abspath(__file__), options))
+            cache_name = impl.replace("warm", "cold") if kind == "warm" else impl
+            cache = os.path.join(tmpdir, f"cache-{label}-{cache_name}-{0 if kind == 'warm' else r}")
+            options = {"onnx": onnx_path, "impl": kind, "out": out, "cache": cache}
+            env = None
+            if "@" in impl:
+                env = dict(os.environ, PYTHONPATH=os.path.abspath((trees or {})[name]))
+            elif ":" in impl:
+                options["engine"] = (variants or {})[name]
+            result = run_worker(os.path.abspath(__file__), options, env=env)
+            runs.setdefault(impl, []).append(result)
             outs.setdefault(impl, out)
+    best: Dict[str, Dict[str, Any]] = {}
+    for impl, results in runs.items():
+        for result in results:
+            keep_best(best, impl, result)
+        if stat == "median":
+            best[impl]["seconds"] = statistics.median(r["seconds"] for r in results)
+        best[impl]["all_seconds"] = [r["seconds"] for r in results]
 
     def load(path: str):
         with open(path) as f:
             return tvm.ir.load_json(f.read())
 
-    stock = load(outs["stock"])
-    equal = all(
+    stock = load(outs["stock"]) if "stock" in outs else None
+    equal = stock is None or all(
         bool(tvm_ffi.structural_equal(stock, load(outs[impl]))) for impl in impls if impl != "stock"
     )
     return best, equal
+
+
+def print_comparison(rows: List[Any], impls: Sequence[str]) -> None:
+    """Per row, each implementation's seconds and, with stock, its ratio; else its time / ``cold``."""
+    others = [impl for impl in impls if impl != "stock"]
+    print()
+    print("| model | form | " + " | ".join(f"{impl} s | ratio" for impl in others) + " |")
+    print("|---|---|" + "---:|---:|" * len(others))
+    for model, form, _, best, _ in rows:
+        cells = []
+        for impl in others:
+            seconds = best[impl]["seconds"]
+            if "stock" in best:
+                ratio = f"{best['stock']['seconds'] / seconds:.1f}x"
+            else:
+                base = best["warm" if impl.startswith("warm") else "cold"]["seconds"]
+                ratio = f"{seconds / base:.2f}"
+            cells.append(f"{seconds:.3f} | {ratio}")
+        print(f"| {model} | {form} | " + " | ".join(cells) + " |")
 
 
 Row = Tuple[str, str, Dict[str, int], Dict[str, Dict[str, Any]], bool]
@@ -178,12 +253,27 @@ def main(argv=None) -> int:
         action="store_true",
         help="also time fold_guard with kernel_cache=False (the in-memory JIT path)",
     )
+    p.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="also time cold and warm folds of the fold_guard checkout in DIR, interleaved",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="also time cold and warm folds with these engine options (repeatable)",
+    )
+    p.add_argument("--no-stock", action="store_true", help="skip stock (variants only)")
+    p.add_argument("--median", action="store_true", help="median over --repeat, not min")
     # hidden worker flags
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--onnx", help=argparse.SUPPRESS)
-    p.add_argument("--impl", choices=IMPLS, help=argparse.SUPPRESS)
+    p.add_argument("--impl", choices=KINDS, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--cache", help=argparse.SUPPRESS)
+    p.add_argument("--engine", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.worker:
@@ -191,7 +281,16 @@ def main(argv=None) -> int:
     import onnx
 
     models, forms = (QUICK_MODELS, ("int8",)) if args.quick else (args.models, args.forms)
-    impls = IMPLS if args.uncached else IMPLS[:-1]
+    impls = list(IMPLS if args.uncached else IMPLS[:-1])
+    trees = {"before": args.compare_with} if args.compare_with else {}
+    variants = dict(v.split(":", 1) for v in args.variant)
+    for kind in ("cold", "warm"):
+        at = impls.index(kind) + 1
+        impls[at:at] = [f"{kind}@{name}" for name in trees]
+        impls[at:at] = [f"{kind}:{name}" for name in variants]
+    if args.no_stock:
+        impls.remove("stock")
+    compare = bool(trees or variants or args.no_stock)
     rows = []
     with tempfile.TemporaryDirectory(prefix="fold_guard_real_") as tmpdir:
         for model in models:
@@ -201,9 +300,21 @@ def main(argv=None) -> int:
                 print(f"... {label}", file=sys.stderr, flush=True)
                 path = os.path.join(tmpdir, f"{label}.onnx")
                 onnx.save(real_models.build_quantized(model, form), path)
-                best, equal = measure(path, label, impls, args.repeat, tmpdir)
+                best, equal = measure(
+                    path,
+                    label,
+                    impls,
+                    args.repeat,
+                    tmpdir,
+                    trees=trees,
+                    variants=variants,
+                    stat="median" if args.median else "min",
+                )
                 rows.append((model, form, stats, best, equal))
-    print_tables(rows)
+    if compare:
+        print_comparison(rows, impls)
+    else:
+        print_tables(rows)
     print()
     print(
         "stock/cold, stock/warm = stock s / fold_guard s (wall time of the pass only, min over --repeat "

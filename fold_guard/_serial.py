@@ -14,8 +14,9 @@ which the lock also serialises. The guarantee covers fold_guard's calls only: TV
 thread runs outside fold_guard at the same time (a stock pass, ``tvm.compile``) can still collide
 with it, exactly as two stock passes collide with each other.
 
-The lock is re-entrant: ``annotate`` plans, and a ``FoldConstant`` pass calls ``fold``. It is
-the one piece of module-global state besides the policy registry, and it holds no data.
+The lock is re-entrant: ``annotate`` plans, and a ``FoldConstant`` pass calls ``fold``. It
+holds no data; the other module-level state is the policy registry and caches that never
+change an answer (the pass classes per ``opt_level``, a fold's memo of type facts).
 """
 
 from __future__ import annotations

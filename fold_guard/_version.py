@@ -1,4 +1,4 @@
-"""fold_guard's release number: a leaf module (no imports), so that the command's launcher can read
-it without importing the package (whose import loads TVM)."""
+"""fold_guard's version: the one place it is written (``pyproject.toml`` reads it from here), a
+leaf module with no imports, so the command's launcher reads it without importing the package."""
 
 __version__ = "0.1.0"

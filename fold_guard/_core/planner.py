@@ -35,9 +35,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Mapping, Optional, Set, Tuple
 
-from .errors import ConflictingAnnotationsError, FoldNotPossibleError, PreconditionError
+from .errors import (
+    ConflictingAnnotationsError,
+    FoldNotPossibleError,
+    PolicyRuleError,
+    PreconditionError,
+)
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
-from .policy import BUDGET_RULE, CallView, FoldPolicy
+from .policy import BUDGET_RULE, CallView, FoldPolicy, Rule
 from .reasons import Action, Reason
 from .uses import GraphUses
 
@@ -146,19 +151,6 @@ class FoldPlan:
     def count_by_reason(self) -> Dict[Reason, int]:
         counts = Counter(d.reason for d in self.decisions)
         return {reason: counts[reason] for reason in Reason if counts[reason]}
-
-    def summary(
-        self, *, layers: Optional[Mapping[Tuple[str, str], str]] = None, verbose: bool = False
-    ) -> str:
-        """Grouped text: counts by reason and op, what each rule decided; ``verbose`` adds every call.
-
-        ``layers`` maps ``(function, label)`` to a layer name (an ONNX node name, say) to print
-        beside the variable. See :mod:`fold_guard._core.summary`.
-        """
-        # Imported here: the summary module builds on FoldPlan.
-        from .summary import format_summary, summarize
-
-        return format_summary(self, summarize(self, layers=layers), verbose=verbose)
 
     def explain(self, *, verbose: bool = True) -> str:
         """A readable report: counts by reason, then (``verbose``) one line per decision."""
@@ -382,7 +374,7 @@ def _decide(
 
     if node.lowered and policy.reads_ops:
         raise _lowered_call_error(node, policy)
-    verdict = policy.decide(CallView(node, graph, uses))
+    verdict = _checked_verdict(policy, node, policy.decide(CallView(node, graph, uses)))
     if verdict is not None:
         action, rule = verdict
         if action is Action.FOLD:
@@ -418,13 +410,37 @@ def _decide_lift(
         return lift(ALLOW_RULE, "inside a fold_allow subgraph")
     if node.lowered and policy.reads_ops:
         raise _lowered_call_error(node, policy)
-    verdict = policy.decide(CallView(node, graph, uses))
+    verdict = _checked_verdict(policy, node, policy.decide(CallView(node, graph, uses)))
     if verdict is not None:
         action, rule = verdict
         if action is Action.FOLD:
             return lift(rule.name, rule.description)
         return keep(Reason.KEPT_BY_POLICY, rule.name, rule.description)
     return lift(DEFAULT_RULE)
+
+
+def _checked_verdict(
+    policy: FoldPolicy, node: FoldNode, verdict: object
+) -> Optional[Tuple[Action, Rule]]:
+    """``verdict`` as ``FoldPolicy.decide`` promises it (None or ``(Action, Rule)``), else an error.
+
+    A subclass may override ``decide``; what it returns is checked here, so a wrong answer
+    names the policy instead of failing deep in the planner.
+    """
+    if verdict is None:
+        return None
+    if (
+        isinstance(verdict, tuple)
+        and len(verdict) == 2
+        and verdict[0] in (Action.FOLD, Action.KEEP)
+        and isinstance(verdict[1], Rule)
+    ):
+        return verdict
+    raise PolicyRuleError(
+        f"policy {policy.name!r} ({type(policy).__name__}.decide) returned {verdict!r} for "
+        f"{node.label} = {node.op} in function {node.function}; hint: decide must return None "
+        "(no opinion) or a pair (Action, Rule), the rule that chose the action"
+    )
 
 
 def _over_budget(node: FoldNode, max_fold_bytes: Optional[int]) -> str:

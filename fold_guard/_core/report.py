@@ -28,14 +28,17 @@ class FoldReport:
     ``constant_bytes_before`` / ``constant_bytes_after`` are the bytes of all tensor constants in
     the module's functions before and after the pass, counted when first read: ``constant_bytes``
     is the pair or the function that counts it, because counting visits every constant of both
-    modules (11-12 ms of a 270-340 ms warm fold of ViT-S) and a pass run inside a pipeline never
+    modules (a noticeable part of a warm fold) and a pass run inside a pipeline never
     reads them; until they are read the report keeps both modules alive.
 
     ``seconds`` maps each step (for Relax: lower, legalize, plan, compile, evaluate, rewrite) to
     its wall time; ``kernels_compiled`` counts the distinct kernels built for the single batched
     evaluation and ``kernels_cached`` those loaded from the persistent kernel cache instead
     (Relax); ``evaluation_runs`` counts the interpreter runs that evaluated the folded calls
-    (Relay, whose TE compiler does not report its kernels).
+    (Relay, whose TE compiler does not report its kernels). ``fallbacks`` has a line for each
+    fault of a speed mechanism the fold recovered from (Relax: the call was rerun on the
+    reference engine, with the reference's bits; or the kernel cache failed and kernels were
+    built without it); empty when nothing went wrong.
     """
 
     plan: FoldPlan
@@ -44,6 +47,7 @@ class FoldReport:
     kernels_cached: int = 0
     seconds: Mapping[str, float] = field(default_factory=dict)
     evaluation_runs: int = 0
+    fallbacks: Tuple[str, ...] = ()
 
     @functools.cached_property
     def _counted_bytes(self) -> Tuple[int, int]:
@@ -94,7 +98,13 @@ class FoldReport:
         cached = (
             f", {self.kernels_cached} loaded from the kernel cache" if self.kernels_cached else ""
         )
-        return f"kernels compiled: {self.kernels_compiled}{cached}"
+        fallbacks = (
+            f", {len(self.fallbacks)} fallback{'s' if len(self.fallbacks) != 1 else ''} "
+            f"({'; '.join(self.fallbacks)})"
+            if self.fallbacks
+            else ""
+        )
+        return f"kernels compiled: {self.kernels_compiled}{cached}{fallbacks}"
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,7 @@ def fold_result(
     kernels_compiled: int = 0,
     kernels_cached: int = 0,
     evaluation_runs: int = 0,
+    fallbacks: Tuple[str, ...] = (),
 ) -> FoldResult[ModuleT]:
     """An adapter's ``fold`` result: the report of ``plan`` and its measurements, logged at INFO.
 
@@ -134,6 +145,7 @@ def fold_result(
         kernels_cached=kernels_cached,
         seconds=dict(timer.seconds),
         evaluation_runs=evaluation_runs,
+        fallbacks=fallbacks,
     )
     if logger.isEnabledFor(logging.INFO):
         logger.info("%s: %s", implementation, report.explain(verbose=False))

@@ -14,9 +14,9 @@ from .._core.planner import plan_folds
 from .._core.policy import DEFAULT_POLICY, PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
-from ._lower import CallSite
 from ._ops import fold_allow, fold_barrier
 from ._pass import analyse
+from ._sites import CallSite
 
 __all__ = ["annotate"]
 
@@ -70,17 +70,17 @@ def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> An
     ['relax.fold_barrier', 'relax.dequantize', 'relax.matmul']
     """
     analysis = analyse(mod, policy, StepTimer())
-    lowered, graph, resolved = analysis.lowered, analysis.graph, analysis.policy
+    translation, graph, resolved = analysis.translation, analysis.graph, analysis.policy
     placed = placements(plan_folds(graph, resolved), plan_folds(graph, DEFAULT_POLICY))
     by_function: Dict[str, Dict[relax.Var, List[Placement]]] = {}
     for placement in placed:
-        site = lowered.sites[placement.node]
+        site = translation.sites[placement.node]
         by_function.setdefault(site.function, {}).setdefault(site.var, []).append(placement)
     functions = dict(mod.functions)
     uncarried: List[Placement] = []
-    for name, (gvar, func) in lowered.functions.items():
+    for name, (gvar, func) in translation.functions.items():
         if name in by_function:
-            annotator = _Annotator(mod, by_function[name], lowered.sites)
+            annotator = _Annotator(mod, by_function[name], translation.sites)
             functions[gvar] = annotator.visit_expr(func)
             uncarried += annotator.uncarried
     annotated = tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)

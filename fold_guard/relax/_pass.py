@@ -1,12 +1,15 @@
-"""The fold_guard FoldConstant pass for Relax: lower, plan, evaluate once, rewrite."""
+"""The fold_guard FoldConstant pass for Relax: translate, plan, evaluate, rewrite.
+
+The driver of the adapter and its public entry points. Translation (``_walk``, ``_legalize``)
+gives the graph and the kernels; the core plans; an engine (``_engine``, chosen by the options
+``_config`` resolves) evaluates; ``_rewrite`` applies the plan the way the stock pass does.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Mapping, Optional, Set, Tuple
 
 import tvm
 import tvm_ffi
@@ -23,12 +26,12 @@ from .._core.report import FoldResult, StepTimer, fold_result
 from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from . import _compat
-from ._evaluate import evaluate_plan
-from ._kernel_cache import CacheSetting
-from ._kernels import KernelLibrary, KernelSet, prepare_kernels
-from ._lower import LoweredModule, walk_relax
+from ._config import CacheSetting, resolve_options
+from ._engine import EngineOptions, Values, make_engine
+from ._legalize import legalize_candidates
 from ._rewrite import rewrite_function
-from ._threads import usable_cpus
+from ._sites import KernelSpec
+from ._walk import Translation, walk_relax
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "plan"]
 
@@ -48,16 +51,16 @@ def _check_module(mod: object) -> None:
 
 @dataclass(frozen=True)
 class Analysis:
-    """The module read for folding: its lowering, the graph the planner decides on, the policy.
+    """The module read for folding: its translation, the graph the planner decides on, the policy.
 
-    ``kernels`` (Relax only) are the legalized kernels of the calls that could fold.
+    ``kernels`` are the legalized kernels of the calls that could fold.
     """
 
     mod: tvm.IRModule
-    lowered: LoweredModule
+    translation: Translation
     graph: FoldGraph
     policy: FoldPolicy
-    kernels: KernelSet
+    kernels: Mapping[int, KernelSpec]
 
 
 def analyse(
@@ -66,7 +69,6 @@ def analyse(
     timer: StepTimer,
     *,
     strict: bool = False,
-    kernel_cache: CacheSetting = False,
 ) -> Analysis:
     # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
     # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
@@ -82,13 +84,13 @@ def analyse(
     # Step 1. Describe every call binding of every Relax function.
     walk = walk_relax(mod)
     timer.lap("lower")
-    # Step 2. Legalize once per op signature (or read what it gave from the kernel cache): which
-    # calls have a kernel, which stock would fold.
-    kernels = prepare_kernels(mod, walk.sites, walk.candidates(), kernel_cache)
+    # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
+    legalized = legalize_candidates(mod, walk.sites, walk.candidates())
     timer.lap("legalize")
     # Step 3. Build the graph's nodes, each once, with what legalization found.
-    lowered = walk.lower(kernels)
-    return Analysis(mod, lowered, FoldGraph(lowered.nodes), policy, kernels)
+    translation = walk.translate(legalized.facts)
+    graph = FoldGraph(translation.nodes)
+    return Analysis(mod, translation, graph, policy, legalized.kernels)
 
 
 @serialized
@@ -117,7 +119,7 @@ def plan(
       main: lv = relax.exp: folded [default]
       main: gv = relax.add: not constant: 'x' is a run-time input
     """
-    with isolated_pass_context(), _compat.remembering_types(), _collector_paused():
+    with isolated_pass_context(), _compat.remembering_types():
         analysis = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
     return plan_folds(analysis.graph, analysis.policy)
 
@@ -130,6 +132,9 @@ def fold(
     strict: bool = False,
     max_fold_bytes: Optional[int] = None,
     kernel_cache: CacheSetting = None,
+    threads: Optional[int] = None,
+    reference_engine: Optional[bool] = None,
+    engine_options: Optional[EngineOptions] = None,
 ) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
 
@@ -141,11 +146,9 @@ def fold(
     :class:`~fold_guard.PreconditionError`, and the result is checked with
     ``relax.analysis.well_formed``.
 
-    ``kernel_cache`` chooses the persistent kernel cache: ``None`` (the default) uses
-    ``$FOLD_GUARD_CACHE_DIR`` or ``~/.cache/fold_guard`` (``FOLD_GUARD_CACHE_DIR=off`` disables
-    it), ``False`` disables it, a path relocates it. Kernels found there are loaded instead of
-    compiled (``report.kernels_cached``), and op signatures legalized before are not legalized
-    again; see :mod:`fold_guard.relax._kernel_cache` and :mod:`fold_guard.relax._legalized`.
+    ``kernel_cache``, ``threads`` and ``reference_engine`` are as in :func:`FoldConstant`.
+    ``engine_options`` (a ``fold_guard.relax._engine.EngineOptions``) sets every engine switch
+    at once, each speed mechanism included, for tests and benchmarks; it excludes the three.
 
     Examples
     --------
@@ -163,27 +166,17 @@ def fold(
     >>> [d.reason.text for d in result.plan.decisions]
     ['folded', 'kept by barrier', 'not constant']
     """
-    with isolated_pass_context(), _compat.remembering_types(), _collector_paused():
-        return _fold(mod, policy, strict, max_fold_bytes, kernel_cache)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block, as it was afterwards.
-
-    A fold allocates tens of thousands of small objects (descriptions of every call, its inputs
-    and types), which start a collection every 700 allocations, and a collection walks every
-    tracked object of the process, the caller's model included: 50-100 ms of a warm fold of
-    EfficientNet-B0 here. What a fold allocates is freed by reference counting (it makes no
-    cycles to speak of), so pausing only moves the next collection to after the fold.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+    if engine_options is None:
+        engine_options = resolve_options(
+            kernel_cache=kernel_cache, threads=threads, reference_engine=reference_engine
+        )
+    elif (kernel_cache, threads, reference_engine) != (None, None, None):
+        raise PreconditionError(
+            "engine_options sets the kernel cache, the threads and the engine itself; hint: "
+            "pass either engine_options or kernel_cache / threads / reference_engine"
+        )
+    with isolated_pass_context(), _compat.remembering_types():
+        return _fold(mod, policy, strict, max_fold_bytes, engine_options)
 
 
 def _fold(
@@ -191,40 +184,30 @@ def _fold(
     policy: PolicySpec,
     strict: bool,
     max_fold_bytes: Optional[int],
-    kernel_cache: CacheSetting,
+    options: EngineOptions,
 ) -> FoldResult:
-    usable_cpus()  # a bad FOLD_GUARD_THREADS is reported before any work, not inside a build
     timer = StepTimer()
-    analysis = analyse(
-        mod, with_budget(policy, max_fold_bytes), timer, strict=strict, kernel_cache=kernel_cache
-    )
-    lowered, kernels, resolved = analysis.lowered, analysis.kernels, analysis.policy
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
+    translation, resolved = analysis.translation, analysis.policy
     # Step 4. Plan with the TVM-free core.
     fold_plan = plan_folds(analysis.graph, resolved)
     timer.lap("plan")
-    # Step 5. Compile every kernel the plan needs, once.
-    needed = [
-        kernels.kernels[d.node]
-        for d in fold_plan.folded
-        if d.node in kernels.kernels and d.node not in kernels.host
-    ]
-    library = KernelLibrary(needed, kernel_cache)
-    library.build()
+    # Step 5. Build every kernel the plan needs, once.
+    engine = make_engine(
+        options, mod, analysis.graph, translation.sites, analysis.kernels, translation.escaping
+    )
+    engine.prepare(fold_plan)
     timer.lap("compile")
     # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
-    values: Dict[int, List[tvm.runtime.Tensor]] = {}
+    values: Values = {}
     fold_plan, _ = evaluate_until_stable(
-        fold_plan,
-        resolved,
-        lambda p: evaluate_plan(
-            p, lowered.sites, kernels, library, values, escaping=lowered.escaping, strict=strict
-        ),
+        fold_plan, resolved, lambda p: engine.evaluate(p, values, strict=strict)
     )
     timer.lap("evaluate")
     if strict:
         raise_if_not_possible(fold_plan)
     # Step 7. Rewrite each function the way the stock pass does.
-    new_mod = _rewrite_module(mod, lowered, fold_plan, values)
+    new_mod = _rewrite_module(mod, translation, fold_plan, values)
     timer.lap("rewrite")
     if strict and not relax.analysis.check_well_formed(new_mod):
         raise PlanInvariantError(
@@ -237,20 +220,21 @@ def _fold(
         implementation=IMPLEMENTATION,
         timer=timer,
         constant_bytes=functools.partial(_constant_bytes, mod, new_mod),
-        kernels_compiled=library.compiled,
-        kernels_cached=library.cached,
+        kernels_compiled=engine.stats.compiled,
+        kernels_cached=engine.stats.cached,
+        fallbacks=tuple(engine.stats.fallbacks),
     )
 
 
 def _rewrite_module(
-    mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values
+    mod: tvm.IRModule, translation: Translation, fold_plan: FoldPlan, values: Values
 ) -> tvm.IRModule:
     # keyed by the variable's handle: a dict of Relax variables compares them with a slow ``==``
-    replacements: Dict[str, Dict[int, relax.Expr]] = {name: {} for name in lowered.functions}
-    released: Dict[str, Set[int]] = {name: set() for name in lowered.functions}
-    unneeded = releasable(fold_plan, lowered.escaping)
+    replacements: Dict[str, Dict[int, relax.Expr]] = {name: {} for name in translation.functions}
+    released: Dict[str, Set[int]] = {name: set() for name in translation.functions}
+    unneeded = releasable(fold_plan, translation.escaping)
     for decision in fold_plan.folded:
-        site = lowered.sites[decision.node]
+        site = translation.sites[decision.node]
         if decision.node not in values:
             if decision.node not in unneeded:
                 raise PlanInvariantError(
@@ -268,7 +252,7 @@ def _rewrite_module(
             relax.Tuple(outputs) if is_tuple else outputs[0]
         )
     functions = dict(mod.functions)
-    for name, (gvar, func) in lowered.functions.items():
+    for name, (gvar, func) in translation.functions.items():
         functions[gvar] = rewrite_function(mod, func, replacements[name], released[name])
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
@@ -319,6 +303,8 @@ def FoldConstant(
     strict: bool = False,
     max_fold_bytes: Optional[int] = None,
     kernel_cache: CacheSetting = None,
+    threads: Optional[int] = None,
+    reference_engine: Optional[bool] = None,
 ) -> tvm.transform.Pass:
     """fold_guard's drop-in for ``relax.transform.FoldConstant``.
 
@@ -339,9 +325,23 @@ def FoldConstant(
         allocated or compiled. It outranks ``fold_allow`` (only a barrier ranks higher). ``None``
         (the default) is no budget, as in the stock pass; a policy can carry one too
         (:func:`fold_guard.memory_budget`), and the tighter budget applies.
-    kernel_cache : None, False, or a path
-        The persistent kernel cache (see :func:`fold`): on by default, so a second fold of the
-        same or a similarly built model compiles nothing.
+    kernel_cache : None, bool, or a path
+        The persistent cache of compiled kernels: ``None`` (the default) takes
+        ``$FOLD_GUARD_CACHE_DIR`` (``off`` disables it), else ``~/.cache/fold_guard``; ``False``
+        disables it, a path relocates it. On by default, so a second fold of the same or a
+        similarly built model compiles nothing (``report.kernels_cached``); it holds compiled
+        code only, never a decision. Its libraries are bounded by
+        ``$FOLD_GUARD_CACHE_MAX_BYTES`` (1 GiB), least recently used deleted first.
+    threads : int, optional
+        Threads for kernel builds and a level's large calls, all joined before the pass
+        returns. ``None`` takes ``$FOLD_GUARD_THREADS``, else every CPU the process may use;
+        ``1`` uses none.
+    reference_engine : bool, optional
+        Evaluate with the reference engine: each call legalized, built and run on its own, as
+        the stock pass does, with none of the fast engine's mechanisms. Slower, and the switch
+        to flip if a TVM or LLVM upgrade breaks one of them. ``None`` takes
+        ``$FOLD_GUARD_REFERENCE_ENGINE``, else off. (TVM 0.27 accepts ``PassContext`` config
+        keys only from C++, so these settings are arguments and environment variables.)
 
     Returns
     -------
@@ -395,4 +395,6 @@ def FoldConstant(
         policy=with_budget(policy, max_fold_bytes),
         strict=bool(strict),
         kernel_cache=kernel_cache,
+        threads=threads,
+        reference_engine=reference_engine,
     )

@@ -9,7 +9,7 @@ or not anything folded in it.
 
 Operator calls are rebuilt here, not by TVM's ``ExprMutator``: that one rebuilds a call whose
 arguments changed with no result type, so the normalizer infers it again, which for a
-``conv2d`` takes about a millisecond (layout conversions), most of a CNN's rewrite. Type
+``conv2d`` is slow (layout conversions): most of a CNN's rewrite. Type
 inference reads only the argument types (never a constant's values), so when every replaced
 argument has the type of the variable it replaces, the inferred type is the call's own type,
 and the rebuilt call keeps it.
@@ -60,7 +60,7 @@ class _FoldRewriter(PyExprMutator):
         if value is not None and self._is_dead_once_propagated(var, value):
             # ``v = constant`` would be emitted and then removed by ``remove_all_unused``, and
             # that removal costs time in the number of bindings it removes times the number it
-            # keeps (tens of ms on ViT-S); uses of ``v`` get the constant from ``dropped``.
+            # keeps; uses of ``v`` get the constant from ``dropped``.
             self.dropped[key] = value
             return
         self.current_var = var

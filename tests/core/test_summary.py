@@ -11,7 +11,7 @@ from graphdsl import G
 from fold_guard._core.planner import plan_folds
 from fold_guard._core.policy import KEEP_QDQ_WEIGHTS_POLICY
 from fold_guard._core.report import FoldReport
-from fold_guard._core.summary import SCHEMA_VERSION, summarize
+from fold_guard._core.summary import SCHEMA_VERSION, format_summary, summarize
 
 KEEP_DQ_RULE = KEEP_QDQ_WEIGHTS_POLICY.rules[0].name
 
@@ -67,7 +67,7 @@ def test_counts_and_rules_separate_own_verdicts_from_consequences():
 def test_summary_text_is_grouped_and_verbose_adds_every_call():
     plan = _plan()
     layers = {("main", "w"): "conv0.weight"}
-    brief = plan.summary(layers=layers).splitlines()
+    brief = format_summary(plan, summarize(plan, layers=layers)).splitlines()
     assert brief[0] == "policy 'keep-qdq-weights': 4 calls: 1 folded, 2 kept, 1 not constant"
     assert (
         brief[1]
@@ -75,7 +75,7 @@ def test_summary_text_is_grouped_and_verbose_adds_every_call():
     )
     assert f"  {KEEP_DQ_RULE}: kept 1 (+1 kept because an input was): conv0.weight" in brief
     assert not any(line.startswith("  main/") for line in brief)
-    verbose = plan.summary(layers=layers, verbose=True).splitlines()
+    verbose = format_summary(plan, summarize(plan, layers=layers), verbose=True).splitlines()
     assert verbose[len(brief)] == "decisions:"
     assert (
         "  main/w [conv0.weight] = relax.dequantize -> float32[8, 4]: kept by policy"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
+from support.reliability import Kind, check_kind, policy_kinds
 from test_errors import AllowDynamic, AllowUnsupported, EvalFails
 from tvm import relax
 from tvm.script import ir as I
@@ -23,7 +23,6 @@ from tvm.script import relax as R
 
 import fold_guard
 import fold_guard.relax as fgr
-from fold_guard import FoldPolicy, Rule
 
 A = np.arange(4, dtype="float32")
 
@@ -209,59 +208,11 @@ KINDS: Dict[str, Kind] = {
         fold_guard.UnknownPolicyError,
         r"'size-gaurd'; did you mean 'size-guard'\?",
     ),
-    "empty-policy-list": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=[]),
-        fold_guard.PreconditionError,
-        r"non-empty list of them, got \[\]",
-    ),
     "policy-of-wrong-type": Kind(
         _exp_module,
         lambda m: fgr.fold(m, policy=42),
         fold_guard.PreconditionError,
         r"policy must be .*, got 42",
-    ),
-    "duplicate-registration": Kind(
-        _exp_module,
-        register_twice,
-        fold_guard.PreconditionError,
-        r"a policy named 'my-npu' is already registered",
-    ),
-    "raising-rule": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: 1 / 0)),
-        fold_guard.PolicyRuleError,
-        r"policy 'my-npu', rule 'keep-exp', on main: lv = relax.exp: the predicate raised ZeroDivisionError",
-    ),
-    "non-bool-rule": Kind(
-        _exp_module,
-        lambda m: fgr.FoldConstant(keep_exp_policy(lambda call: "no"))(m),
-        fold_guard.PolicyRuleError,
-        r"rule 'keep-exp', on main: lv = relax.exp: the predicate returned str 'no'",
-    ),
-    "ndarray-rule": Kind(
-        _exp_module,
-        lambda m: fgr.plan(m, keep_exp_policy(lambda call: np.ones(2, bool))),
-        fold_guard.PolicyRuleError,
-        r"on main: lv = relax.exp: the predicate returned ndarray",
-    ),
-    "rule-with-str-action": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "keep", "d", bool),))),
-        fold_guard.PreconditionError,
-        r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'keep'",
-    ),
-    "size-guard-str": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=fold_guard.size_guard("2")),
-        fold_guard.PreconditionError,
-        r"size_guard growth_factor must be a number > 0, got '2'",
-    ),
-    "negative-budget": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, max_fold_bytes=-1),
-        fold_guard.PreconditionError,
-        r"max_fold_bytes must be a byte count .* got int -1",
     ),
     "budget-as-str": Kind(
         _exp_module,
@@ -348,6 +299,7 @@ KINDS: Dict[str, Kind] = {
     # unusual but valid: folds as stock does, or keeps with a reason where stock fails
     "nan-and-inf": Kind(_nonfinite_module, FOLD, check=_like_stock),
 }
+KINDS.update(policy_kinds(fgr, _exp_module, "lv = relax.exp"))
 for _dtype in (
     "bool",
     "int8",
@@ -368,10 +320,6 @@ def _count(mod: tvm.IRModule, op_name: str) -> int:
     from golden import op_calls
 
     return len(op_calls(mod, op_name))
-
-
-def test_the_catalogue_has_at_least_thirty_kinds():
-    assert len(KINDS) >= 30
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -181,7 +181,7 @@ def test_large_transposes_copied_in_stripes_match_stock(shape, dtype) -> None:
 
 @pytest.mark.parametrize("rows", [1, 15, 16, 17, 300])
 def test_striped_copy_writes_what_copyto_writes(rows, monkeypatch) -> None:
-    from fold_guard.relax import _host
+    from fold_guard.relax._engine import host as _host
 
     monkeypatch.setattr(_host, "_STRIPED_MIN_BYTES", 0)  # small sources take the stripes too
     source = np.arange(rows * 4096, dtype="float32").reshape(rows, 4096)

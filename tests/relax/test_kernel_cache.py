@@ -23,9 +23,10 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard import PreconditionError
-from fold_guard.relax import _kernel_cache
-from fold_guard.relax._kernel_cache import CACHE_DIR_ENV, KernelCache, resolve_cache
-from fold_guard.relax._opt_level import QUICK_TARGET
+from fold_guard.relax._config import CACHE_DIR_ENV, CACHE_MAX_BYTES_ENV, resolve_options
+from fold_guard.relax._engine import cache as kernel_cache
+from fold_guard.relax._engine.cache import KernelCache
+from fold_guard.relax._engine.opt_level import QUICK_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,7 +69,7 @@ def _fold_checked(mod: tvm.IRModule, cache) -> fgr.FoldResult:
 
 
 def _libraries(root: Path):
-    return sorted(root.glob("v2/*/libs/*.so"))
+    return sorted(root.glob("v3/*/libs/*.so"))
 
 
 def test_second_fold_compiles_nothing(tmp_path):
@@ -123,7 +124,7 @@ def test_disabled_cache_writes_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "env").exists()
     for off in ("off", "0", ""):
         monkeypatch.setenv(CACHE_DIR_ENV, off)
-        assert resolve_cache(None, "llvm") is None
+        assert resolve_options().cache_dir is None
 
 
 def test_environment_relocates_the_cache(tmp_path, monkeypatch):
@@ -132,7 +133,7 @@ def test_environment_relocates_the_cache(tmp_path, monkeypatch):
     assert len(_libraries(tmp_path / "elsewhere")) == 1
     monkeypatch.delenv(CACHE_DIR_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert resolve_cache(None, "llvm").root == tmp_path / "xdg" / "fold_guard"
+    assert resolve_options().cache_dir == tmp_path / "xdg" / "fold_guard"
 
 
 def test_the_pass_takes_the_cache_too(tmp_path):
@@ -168,7 +169,7 @@ def test_damaged_library_is_detected_and_rebuilt(tmp_path, damage):
 def test_damaged_index_entry_is_rebuilt(tmp_path):
     mod = _module()
     _fold_checked(mod, tmp_path)
-    entries = sorted(tmp_path.glob("v2/*/index/*.json"))
+    entries = sorted(tmp_path.glob("v3/*/index/*.json"))
     entries[0].write_text("{not json")
     json.loads(entries[1].read_text())  # the others are intact
     result = _fold_checked(mod, tmp_path)
@@ -178,7 +179,7 @@ def test_damaged_index_entry_is_rebuilt(tmp_path):
 @pytest.mark.slow
 def test_size_bound_evicts_least_recently_used(tmp_path, monkeypatch):
     first, second = _module(8, 16), _module(5, 7)  # other shapes: other kernels
-    monkeypatch.setenv(_kernel_cache.CACHE_MAX_BYTES_ENV, "1")
+    monkeypatch.setenv(CACHE_MAX_BYTES_ENV, "1")
     _fold_checked(first, tmp_path)
     _fold_checked(second, tmp_path)
     assert len(_libraries(tmp_path)) == 1, "the bound keeps only the newest library"
@@ -205,7 +206,7 @@ def test_the_size_bound_counts_other_builds_and_older_layouts(tmp_path, monkeypa
     (first,) = ours()
     # room for our two libraries and one stale one (ours are far smaller than 1 MiB)
     bound = 2 * first.stat().st_size + (1 << 20) + 4096
-    monkeypatch.setenv(_kernel_cache.CACHE_MAX_BYTES_ENV, str(bound))
+    monkeypatch.setenv(CACHE_MAX_BYTES_ENV, str(bound))
     _fold_checked(_module(5, 7), tmp_path)  # other shapes: a second library of our build
     assert [path.exists() for path in stale] == [False, True], "the oldest goes first"
     assert len(ours()) == 2, "ours, recently used, stay"
@@ -230,7 +231,7 @@ def test_concurrent_processes_share_one_cache(tmp_path):
     ]
     outputs = [proc.communicate(timeout=300) for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * 4, [err for _, err in outputs]
-    assert not list(tmp_path.glob("v2/*/*/.tmp-*")), "no temporary file is left behind"
+    assert not list(tmp_path.glob("v3/*/*/.tmp-*")), "no temporary file is left behind"
     result = _fold_checked(_module(), tmp_path)
     assert (result.report.kernels_compiled, result.report.kernels_cached) == (0, 3)
 
@@ -241,21 +242,48 @@ def _any_prim_func() -> tvm.tirx.PrimFunc:
 
 
 def test_key_covers_what_determines_the_code(tmp_path, monkeypatch):
-    base = KernelCache(tmp_path, "llvm").dir
+    base = KernelCache(tmp_path, "llvm", max_bytes=1 << 30).dir
     func = _any_prim_func()
     digest = KernelCache.digest(func)
     assert KernelCache.key(digest, "llvm") != KernelCache.key(digest, QUICK_TARGET)
     assert KernelCache.digest(func.with_attr("global_symbol", "ours")) == digest
     assert KernelCache.digest(func.with_attr("tir.noalias", False)) != digest
-    assert KernelCache(tmp_path, "llvm -opt-level=0").dir != base
+    assert KernelCache(tmp_path, "llvm -opt-level=0", max_bytes=1).dir != base
     monkeypatch.setattr(tvm, "__version__", "0.27.0.other")
-    assert KernelCache(tmp_path, "llvm").dir != base
+    assert KernelCache(tmp_path, "llvm", max_bytes=1).dir != base
     monkeypatch.undo()
-    monkeypatch.setattr(_kernel_cache, "FOLD_GUARD_VERSION", "0.0.0")
-    assert KernelCache(tmp_path, "llvm").dir != base
+    monkeypatch.setattr(kernel_cache, "FOLD_GUARD_VERSION", "0.0.0")
+    assert KernelCache(tmp_path, "llvm", max_bytes=1).dir != base
 
 
 def test_a_size_bound_that_is_not_a_number_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv(_kernel_cache.CACHE_MAX_BYTES_ENV, "1G")
+    monkeypatch.setenv(CACHE_MAX_BYTES_ENV, "1G")
     with pytest.raises(PreconditionError, match="FOLD_GUARD_CACHE_MAX_BYTES='1G'"):
-        resolve_cache(None, "llvm")
+        resolve_options()
+
+
+def test_a_cache_cannot_change_a_plan(tmp_path):
+    """A legalizer registered over TVM's (a higher level) is what stock folds with, and so do we,
+    with a cache that holds the kernels of TVM's own: the cache keeps code, never decisions.
+
+    exp(B) with TVM's legalizer ==> cached;  exp registered as negate ==> folds as stock: -B
+    """
+    from tvm import topi
+
+    mod = _module()
+    _fold_checked(mod, tmp_path)
+    op = tvm.ir.Op.get("relax.exp")
+    original = op.get_attr("FLegalize")
+
+    def negate_instead(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        return bb.call_te(topi.negative, call.args[0])
+
+    tvm.ir.register_op_attr("relax.exp", "FLegalize", negate_instead, level=11)
+    try:
+        replaced = _fold_checked(mod, tmp_path)  # equal to stock, which negates
+        assert (replaced.report.kernels_compiled, replaced.report.kernels_cached) == (1, 2)
+    finally:
+        op.reset_attr("FLegalize")
+        tvm.ir.register_op_attr("relax.exp", "FLegalize", original)
+    again = _fold_checked(mod, tmp_path)
+    assert (again.report.kernels_compiled, again.report.kernels_cached) == (0, 3)

@@ -1,7 +1,7 @@
 """Kernels built at LLVM -O0 compute the bits stock's -O3 kernels compute.
 
 fold_guard builds a kernel at -O0 (about 3x faster to compile) only where its operations leave
-LLVM nothing undefined (``fold_guard/relax/_opt_level.py``); everything else is built at -O3,
+LLVM nothing undefined (``fold_guard/relax/_engine/opt_level.py``); everything else is built at -O3,
 as stock builds it. Each rule is checked both ways, and random values at the edges (infinities,
 NaN, zero and huge scales, the integer limits) must fold to stock's bits whichever level the
 kernel got.
@@ -19,19 +19,26 @@ from hypothesis import strategies as st
 from tvm import relax
 
 import fold_guard.relax as fgr
+from fold_guard._core.planner import plan_folds
 from fold_guard._core.report import StepTimer
-from fold_guard.relax._opt_level import OPTIMIZED_TARGET, QUICK_BUILD_MAX_BYTES, QUICK_TARGET
+from fold_guard.relax._engine import EngineOptions
+from fold_guard.relax._engine.opt_level import OPTIMIZED_TARGET, QUICK_BUILD_MAX_BYTES, QUICK_TARGET
+from fold_guard.relax._engine.strategy import choose_strategies
 from fold_guard.relax._pass import analyse
 
 
 def _kernels(mod: tvm.IRModule):
+    """How the fast engine runs each call, in binding order (every call here folds)."""
     analysis = analyse(mod, "default", StepTimer())
-    return [analysis.kernels.kernels[node.id] for node in analysis.graph.nodes]
+    plan = plan_folds(analysis.graph, analysis.policy)
+    sites, kernels = analysis.translation.sites, analysis.kernels
+    chosen = choose_strategies(plan, analysis.graph, sites, kernels, EngineOptions())
+    return [chosen[node.id] for node in analysis.graph.nodes]
 
 
 def _targets(mod: tvm.IRModule) -> list[str]:
     """The build target of each call's kernel, in binding order."""
-    return [kernel.target for kernel in _kernels(mod)]
+    return [strategy.target for strategy in _kernels(mod)]
 
 
 def _c(array) -> relax.Constant:

@@ -23,7 +23,7 @@ from tvm.script import relax as R
 
 import fold_guard.relax as fgr
 from fold_guard._core.reasons import Reason
-from fold_guard.relax import _pass
+from fold_guard.relax._engine.fast import FastEngine
 
 C = np.linspace(-1, 1, 4, dtype="float32")
 
@@ -31,13 +31,13 @@ C = np.linspace(-1, 1, 4, dtype="float32")
 def _values_after_fold(monkeypatch, mod: tvm.IRModule) -> Dict[str, bool]:
     """Fold ``mod``; per folded call's label, whether its value was still held at the end."""
     seen: List[dict] = []
-    evaluate = _pass.evaluate_plan
+    evaluate = FastEngine.evaluate
 
-    def spy(plan, sites, kernels, library, values, **kwargs):
+    def spy(engine, plan, values, **kwargs):
         seen.append(values)
-        return evaluate(plan, sites, kernels, library, values, **kwargs)
+        return evaluate(engine, plan, values, **kwargs)
 
-    monkeypatch.setattr(_pass, "evaluate_plan", spy)
+    monkeypatch.setattr(FastEngine, "evaluate", spy)
     result = fgr.fold(mod, kernel_cache=False)
     assert tvm_ffi.structural_equal(result.mod, relax.transform.FoldConstant()(mod)), (
         result.mod.script()
@@ -177,13 +177,13 @@ def test_a_second_round_computes_dropped_values_again(monkeypatch) -> None:
         bb.emit_func_output(out)
     mod = bb.get()
     calls: List[int] = []
-    evaluate = _pass.evaluate_plan
+    evaluate = FastEngine.evaluate
 
-    def counting(plan, *args, **kwargs):
+    def counting(engine, plan, *args, **kwargs):
         calls.append(len(plan.folded))
-        return evaluate(plan, *args, **kwargs)
+        return evaluate(engine, plan, *args, **kwargs)
 
-    monkeypatch.setattr(_pass, "evaluate_plan", counting)
+    monkeypatch.setattr(FastEngine, "evaluate", counting)
     result = fgr.fold(mod, kernel_cache=False)
     assert len(calls) == 2  # the take failed: a second round
     assert [d.reason for d in result.plan.decisions] == [

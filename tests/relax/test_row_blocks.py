@@ -26,8 +26,9 @@ from tvm import relax
 import fold_guard.relax as fgr
 from fold_guard._core.graph import FoldNode, InputKind, NodeInput, TensorInfo
 from fold_guard._core.reasons import Reason
-from fold_guard.relax import _evaluate, _row_blocks
-from fold_guard.relax._lower import CallSite, SiteKind
+from fold_guard.relax._engine import row_blocks as _row_blocks
+from fold_guard.relax._engine import strategy
+from fold_guard.relax._sites import CallSite, SiteKind
 
 _TALL, _SHORT, _WIDTH = 32768, 4096, 128  # the tall table's fp32 result: 16 MiB
 
@@ -64,7 +65,6 @@ def _quantize_per_column(rng, rows):
 
 def _fold_recording_blocks(monkeypatch, mod, cpus: int):
     """fold() with ``cpus`` threads; returns the result and every row_blocks answer that split."""
-    monkeypatch.setattr(_evaluate, "usable_cpus", lambda: cpus)
     splits: List[_row_blocks.RowBlocks] = []
     real = _row_blocks.row_blocks
 
@@ -74,8 +74,8 @@ def _fold_recording_blocks(monkeypatch, mod, cpus: int):
             splits.append(blocks)
         return blocks
 
-    monkeypatch.setattr(_evaluate, "row_blocks", recorded)
-    return fgr.fold(mod, kernel_cache=False), splits
+    monkeypatch.setattr(strategy, "row_blocks", recorded)
+    return fgr.fold(mod, kernel_cache=False, threads=cpus), splits
 
 
 @pytest.mark.parametrize(

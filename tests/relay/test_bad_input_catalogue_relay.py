@@ -14,12 +14,11 @@ import numpy as np
 import pytest
 import tvm
 from relay_ir import op_calls
-from support.reliability import Kind, check_kind, keep_exp_policy, register_twice
+from support.reliability import Kind, check_kind, policy_kinds
 from tvm import relax, relay
 
 import fold_guard
 import fold_guard.relay as fgr
-from fold_guard import FoldPolicy, Rule
 
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)
@@ -202,59 +201,11 @@ KINDS: Dict[str, Kind] = {
         fold_guard.UnknownPolicyError,
         r"did you mean 'qdq-accelerator'\?",
     ),
-    "empty-policy-list": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=[]),
-        fold_guard.PreconditionError,
-        r"non-empty list of them, got \[\]",
-    ),
     "policy-of-wrong-type": Kind(
         _exp_module,
         lambda m: fgr.plan(m, 3.5),
         fold_guard.PreconditionError,
         r"policy must be .*, got 3.5",
-    ),
-    "duplicate-registration": Kind(
-        _exp_module,
-        register_twice,
-        fold_guard.PreconditionError,
-        r"a policy named 'my-npu' is already registered",
-    ),
-    "raising-rule": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: 1 / 0)),
-        fold_guard.PolicyRuleError,
-        r"policy 'my-npu', rule 'keep-exp', on main: %0 = exp: the predicate raised ZeroDivisionError",
-    ),
-    "non-bool-rule": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=keep_exp_policy(lambda call: "no")),
-        fold_guard.PolicyRuleError,
-        r"on main: %0 = exp: the predicate returned str 'no'",
-    ),
-    "ndarray-rule": Kind(
-        _exp_module,
-        lambda m: fgr.plan(m, keep_exp_policy(lambda call: np.ones(2, bool))),
-        fold_guard.PolicyRuleError,
-        r"on main: %0 = exp: the predicate returned ndarray",
-    ),
-    "rule-with-str-action": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "fold", "d", bool),))),
-        fold_guard.PreconditionError,
-        r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'fold'",
-    ),
-    "size-guard-str": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy=fold_guard.size_guard("2")),
-        fold_guard.PreconditionError,
-        r"size_guard growth_factor must be a number > 0, got '2'",
-    ),
-    "negative-budget": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, max_fold_bytes=-1),
-        fold_guard.PreconditionError,
-        r"max_fold_bytes must be a byte count .* got int -1",
     ),
     "annotate-with-wrong-params": Kind(
         _exp_module,
@@ -321,12 +272,9 @@ KINDS: Dict[str, Kind] = {
     "nan-and-inf": Kind(_nonfinite_module, FOLD, check=_like_stock),
     "qnn-quantize-of-nan-and-huge": Kind(_qnn_nonfinite_module, STRICT, check=_like_stock_fold_qnn),
 }
+KINDS.update(policy_kinds(fgr, _exp_module, "%0 = exp"))
 for _dtype in ("bool", "int8", "uint8", "int32", "int64", "float16", "float64", "bfloat16"):
     KINDS[f"dtype-{_dtype}"] = Kind(lambda d=_dtype: _dtype_module(d), FOLD, check=_like_stock)
-
-
-def test_the_catalogue_has_at_least_thirty_kinds():
-    assert len(KINDS) >= 30
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -6,19 +6,23 @@ any TVM either adapter supports.
 from __future__ import annotations
 
 import concurrent.futures
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+import numpy as np
 import pytest
 import tvm
 
-from fold_guard import Action, FoldPolicy, Rule, policy_registry_scope, register_policy
+import fold_guard
+from fold_guard import Action, CallView, FoldPolicy, Rule, policy_registry_scope, register_policy
 
 __all__ = [
     "Kind",
     "check_concurrent_like_sequential",
     "check_kind",
     "keep_exp_policy",
+    "policy_kinds",
     "register_twice",
 ]
 
@@ -50,6 +54,79 @@ def register_twice(_mod: object = None) -> None:
     with policy_registry_scope():
         register_policy(keep_exp_policy(lambda call: True))
         register_policy(keep_exp_policy(lambda call: True))
+
+
+class _WrongDecide(FoldPolicy):
+    """A policy whose ``decide`` answers (FOLD, None) instead of (Action, Rule) or None."""
+
+    def __init__(self) -> None:
+        super().__init__("wrong-decide", "decide names no rule", ())
+
+    def decide(self, call: CallView) -> Optional[Tuple[Action, Rule]]:
+        return (Action.FOLD, None)  # type: ignore[return-value]
+
+
+def policy_kinds(adapter: Any, make: Callable[[], object], exp_call: str) -> Dict[str, Kind]:
+    """The catalogue entries about policies, alike in both IRs.
+
+    ``adapter`` is ``fold_guard.relax`` or ``fold_guard.relay``; ``make`` builds a module whose one
+    constant call is an ``exp``, which messages show as ``exp_call`` (``lv = relax.exp``).
+    """
+    on_exp = f"on main: {re.escape(exp_call)}"
+    rule_error, precondition = fold_guard.PolicyRuleError, fold_guard.PreconditionError
+    return {
+        "empty-policy-list": Kind(
+            make,
+            lambda m: adapter.fold(m, policy=[]),
+            precondition,
+            r"non-empty list of them, got \[\]",
+        ),
+        "duplicate-registration": Kind(
+            make, register_twice, precondition, r"a policy named 'my-npu' is already registered"
+        ),
+        "raising-rule": Kind(
+            make,
+            lambda m: adapter.fold(m, policy=keep_exp_policy(lambda call: 1 / 0)),
+            rule_error,
+            rf"policy 'my-npu', rule 'keep-exp', {on_exp}: the predicate raised ZeroDivisionError",
+        ),
+        "non-bool-rule": Kind(
+            make,
+            lambda m: adapter.FoldConstant(keep_exp_policy(lambda call: "no"))(m),
+            rule_error,
+            rf"rule 'keep-exp', {on_exp}: the predicate returned str 'no'",
+        ),
+        "ndarray-rule": Kind(
+            make,
+            lambda m: adapter.plan(m, keep_exp_policy(lambda call: np.ones(2, bool))),
+            rule_error,
+            rf"{on_exp}: the predicate returned ndarray",
+        ),
+        "decide-returns-no-rule": Kind(
+            make,
+            lambda m: adapter.fold(m, policy=_WrongDecide()),
+            rule_error,
+            r"policy 'wrong-decide' \(_WrongDecide.decide\) returned \(<Action.FOLD: 'fold'>, None\)",
+        ),
+        "rule-with-str-action": Kind(
+            make,
+            lambda m: adapter.fold(m, policy=FoldPolicy("p", "d", (Rule("r", "keep", "d", bool),))),
+            precondition,
+            r"rule 'r': action must be Action.FOLD or Action.KEEP, got str 'keep'",
+        ),
+        "size-guard-str": Kind(
+            make,
+            lambda m: adapter.fold(m, policy=fold_guard.size_guard("2")),
+            precondition,
+            r"size_guard growth_factor must be a number > 0, got '2'",
+        ),
+        "negative-budget": Kind(
+            make,
+            lambda m: adapter.fold(m, max_fold_bytes=-1),
+            precondition,
+            r"max_fold_bytes must be a byte count .* got int -1",
+        ),
+    }
 
 
 def check_kind(kind: Kind) -> None:

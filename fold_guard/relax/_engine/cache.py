@@ -1,23 +1,23 @@
-"""A persistent, process-safe cache of compiled fold kernels.
+"""A persistent, process-safe cache of compiled fold kernels (compiled code only, never a plan fact).
 
-Most of a fold's time is LLVM compiling kernels, and a model folded again (or a similarly built
-model: the same op signatures) needs the same kernels. Kernels missing from the cache are built
-together once (``tvm.tirx.build``, in parallel parts: see ``_shared_library``), linked into one
-shared library, and loaded from it; kernels found in the cache are loaded from their library with no compilation.
+Most of a cold fold's time is LLVM compiling kernels, and a model folded again (or a similarly
+built model: the same op signatures) needs the same kernels. Kernels missing from the cache are
+built together once (``tvm.tirx.build``, in parallel parts: see ``link``), linked into one shared
+library, and loaded from it; kernels found in the cache are loaded from their library with no
+compilation. The cache is keyed by the PrimFunc legalization gave this run, so it can only
+give the code of that PrimFunc: what folds is decided before the cache is asked.
 The code is the code the JIT would run: the same TIR, built for the same target, so folded
 constants are the same bits (the equivalence suites run with the cache on).
 
-Layout under the cache directory (``$FOLD_GUARD_CACHE_DIR``, else
-``$XDG_CACHE_HOME/fold_guard``, else ``~/.cache/fold_guard``)::
+Layout under the cache directory (chosen by ``fold_guard.relax._config``)::
 
-    v2/<build>/libs/<sha256 of the file>.so     one library per batch of kernels built together
-    v2/<build>/index/<kernel key>.json          {"library", "symbol", "sha256"} for each kernel
-    v2/<build>/legalized/<request key>.json     what a kernel request legalized to (``_legalized``)
+    v3/<build>/libs/<sha256 of the file>.so     one library per batch of kernels built together
+    v3/<build>/index/<kernel key>.json          {"library", "symbol", "sha256"} for each kernel
 
 ``<build>`` digests everything besides the kernel that determines the code: fold_guard's
 version, TVM's version and the identity of its installed libraries, LLVM's version and the
 target kind. A kernel's key is the SHA-256 of the exact target it is built for (which carries
-its optimization level, see ``_opt_level``) and of its PrimFunc's digest, the SHA-256 of the
+its optimization level, see ``opt_level``) and of its PrimFunc's digest, the SHA-256 of the
 serialized PrimFunc (``tvm.ir.save_json``). Kernels built together share one library whatever
 their optimization levels.
 
@@ -27,8 +27,7 @@ recorded before it is loaded, so a corrupt or truncated entry is detected, remov
 when the libraries exceed the size bound the least recently used are deleted, counting the
 libraries of every build and layout in the directory, so that those of an older fold_guard or
 TVM go first and the directory stays bounded across upgrades (an index entry whose library is
-gone is a miss), and beyond :data:`MAX_LEGALIZED_ENTRIES` legalization
-records the least recently used are deleted too (checked about once per 256 new records).
+gone is a miss).
 """
 
 from __future__ import annotations
@@ -46,73 +45,16 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import tvm
 
-from .. import __version__ as FOLD_GUARD_VERSION
-from .._core.errors import PreconditionError
-from ._shared_library import build_shared_library
+from ..._version import __version__ as FOLD_GUARD_VERSION
+from .link import build_shared_library
 
-__all__ = [
-    "CACHE_DIR_ENV",
-    "CACHE_MAX_BYTES_ENV",
-    "DEFAULT_MAX_BYTES",
-    "MAX_LEGALIZED_ENTRIES",
-    "CacheSetting",
-    "KernelCache",
-    "default_cache_dir",
-    "resolve_cache",
-]
+__all__ = ["KernelCache"]
 
 logger = logging.getLogger("fold_guard")
 
-#: Relocates the cache; ``off`` (or ``0``, ``false``, ``no``, empty) disables it.
-CACHE_DIR_ENV = "FOLD_GUARD_CACHE_DIR"
-#: The size bound in bytes for the cached libraries of every build and layout in the directory
-#: (default :data:`DEFAULT_MAX_BYTES`).
-CACHE_MAX_BYTES_ENV = "FOLD_GUARD_CACHE_MAX_BYTES"
-DEFAULT_MAX_BYTES = 1 << 30
-_OFF = frozenset({"", "0", "off", "false", "no"})
-_LAYOUT = "v2"
-#: The libraries of every layout and build under the cache directory (v1 had the same shape).
+_LAYOUT = "v3"
+#: The libraries of every layout and build under the cache directory (v1 and v2 had this shape).
 _LIBRARIES_GLOB = "v*/*/libs/*.so"
-#: The bound on legalization records (each a few hundred bytes).
-MAX_LEGALIZED_ENTRIES = 1 << 16
-#: Records are counted (a stat of each) when a new one's key starts with this: about once per
-#: 256 new records, so a fold that writes a few does not pay for listing tens of thousands.
-_TRIM_KEY_PREFIX = "00"
-
-#: ``None``: the environment decides; ``False``: no cache; a path: the cache directory.
-CacheSetting = Union[None, bool, str, os.PathLike]
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/fold_guard``, or ``~/.cache/fold_guard`` (the XDG default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fold_guard"
-
-
-def resolve_cache(setting: CacheSetting, target: str) -> Optional[KernelCache]:
-    """The cache a fold uses: ``setting`` if given, else ``$FOLD_GUARD_CACHE_DIR``, else the default.
-
-    >>> resolve_cache(False, "llvm") is None
-    True
-    """
-    if setting is False:
-        return None
-    if setting is None or setting is True:
-        env = os.environ.get(CACHE_DIR_ENV)
-        if env is not None and env.strip().lower() in _OFF:
-            return None
-        root = Path(env) if env else default_cache_dir()
-    else:
-        root = Path(setting)
-    raw = os.environ.get(CACHE_MAX_BYTES_ENV, str(DEFAULT_MAX_BYTES))
-    try:
-        max_bytes = int(raw)
-    except ValueError:
-        raise PreconditionError(
-            f"{CACHE_MAX_BYTES_ENV}={raw!r} is not a number of bytes; hint: unset it for the default "
-            f"({DEFAULT_MAX_BYTES}) or set e.g. {CACHE_MAX_BYTES_ENV}=268435456"
-        ) from None
-    return KernelCache(root, target, max_bytes=max_bytes)
 
 
 def _sha256_file(path: Path) -> str:
@@ -173,9 +115,7 @@ class KernelCache:
     loads it. Both return ``{key: (runtime module, symbol)}``.
     """
 
-    def __init__(
-        self, root: Union[str, os.PathLike], target: str, *, max_bytes: int = DEFAULT_MAX_BYTES
-    ):
+    def __init__(self, root: Union[str, os.PathLike], target: str, *, max_bytes: int):
         self.root = Path(root)
         self.target = target
         self.max_bytes = max_bytes
@@ -183,7 +123,6 @@ class KernelCache:
         self.dir = self.root / _LAYOUT / hashlib.sha256(build.encode()).hexdigest()[:24]
         self._libs = self.dir / "libs"
         self._index = self.dir / "index"
-        self._legalized = self.dir / "legalized"
 
     @staticmethod
     def digest(prim_func: tvm.tirx.PrimFunc) -> str:
@@ -224,9 +163,9 @@ class KernelCache:
         return found
 
     def build(
-        self, functions: Mapping[str, Tuple[tvm.tirx.PrimFunc, str]]
+        self, functions: Mapping[str, Tuple[tvm.tirx.PrimFunc, str]], *, threads: int = 1
     ) -> Dict[str, Tuple[Any, str]]:
-        """Compile ``{key: (PrimFunc, target)}`` as one library, store it, and load it."""
+        """Compile ``{key: (PrimFunc, target)}`` as one library on ``threads``, store and load it."""
         named = {
             self.symbol(key): (func.with_attr("global_symbol", self.symbol(key)), target)
             for key, (func, target) in functions.items()
@@ -236,7 +175,7 @@ class KernelCache:
         os.close(fd)
         tmp = Path(tmp_name)
         try:
-            build_shared_library(named, str(tmp))
+            build_shared_library(named, str(tmp), threads=threads)
             digest = _sha256_file(tmp)
             final = self._libs / f"{digest}.so"
             os.replace(tmp, final)
@@ -249,33 +188,6 @@ class KernelCache:
             _atomic_write(self._index / f"{key}.json", json.dumps(entry).encode())
         self._evict(keep=final)
         return {key: (module, self.symbol(key)) for key in functions}
-
-    def read_legalized(self, keys: List[str]) -> Dict[str, Any]:
-        """The legalization records stored under ``keys`` (see ``_legalized``); drop unreadable ones."""
-        found: Dict[str, Any] = {}
-        for key in keys:
-            path = self._legalized / f"{key}.json"
-            try:
-                found[key] = json.loads(path.read_text())
-                os.utime(path)  # recently used: evicted last
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError):
-                logger.debug("fold_guard kernel cache: unreadable record %s, legalizing", path)
-                self._remove(path)
-        return found
-
-    def write_legalized(self, records: Mapping[str, Any]) -> None:
-        """Store legalization records; now and then, keep at most :data:`MAX_LEGALIZED_ENTRIES`.
-
-        The bound may be exceeded by about 256 records between two trims.
-        """
-        if not records:
-            return
-        for key, record in records.items():
-            _atomic_write(self._legalized / f"{key}.json", json.dumps(record).encode())
-        if any(key.startswith(_TRIM_KEY_PREFIX) for key in records):
-            self._trim(self._legalized, "*.json", count=MAX_LEGALIZED_ENTRIES)
 
     # ------------------------------------------------------------------------------ internals
 

@@ -1,12 +1,11 @@
-"""Compile PrimFuncs into one shared library, the parts in parallel.
+"""Compile PrimFuncs into one shared library, the parts in parallel, linked by TVM's own helper.
 
 LLVM's code generation is most of a cold fold, and it runs one module at a time. Here the
-kernels are split into one group per usable CPU (balanced by a rough cost: an ``-O3`` kernel
-takes about three times as long as an ``-O0`` one), each group is built and written as object
-files on its own thread (TVM's build and LLVM release the GIL), and one linker run joins them:
-``ld -shared`` itself where the system has it (20-50 ms less than ``tvm.support.cc``'s compiler
-driver, which starts ``collect2`` and adds start files these kernels do not use), else the driver.
-Each kernel is built by ``tvm.tirx.build`` for its own target exactly as it would be alone, so
+kernels are split into ``threads`` groups (balanced by a rough cost: an ``-O3`` kernel takes
+about three times as long as an ``-O0`` one), each group is built and written as object files on
+its own thread (TVM's build and LLVM release the GIL), and one run of
+``tvm.support.cc.create_shared`` (the system compiler driver, as ``export_library`` uses it)
+links them. Each kernel is built by ``tvm.tirx.build`` for its own target exactly as it would be alone, so
 the split changes no code, only which object file holds it; the library's symbols are what the
 loader finds, so no module needs to import another.
 """
@@ -14,9 +13,6 @@ loader finds, so no module needs to import another.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List, Mapping, Tuple
@@ -24,8 +20,7 @@ from typing import Dict, List, Mapping, Tuple
 import tvm
 from tvm.support import cc
 
-from ._opt_level import QUICK_TARGET
-from ._threads import usable_cpus
+from .opt_level import QUICK_TARGET
 
 __all__ = ["build_shared_library"]
 
@@ -60,8 +55,8 @@ def _write_objects(group: Dict[str, Dict[str, tvm.tirx.PrimFunc]], prefix: str) 
     return paths
 
 
-def build_shared_library(functions: Functions, path: str) -> None:
-    """Compile ``functions`` into the shared library ``path`` (one linker run).
+def build_shared_library(functions: Functions, path: str, *, threads: int = 1) -> None:
+    """Compile ``functions`` into the shared library ``path`` on ``threads`` threads, one link.
 
     Raises what the build or the linker raises; ``path`` is then not written.
 
@@ -69,16 +64,17 @@ def build_shared_library(functions: Functions, path: str) -> None:
     >>> from tvm import te
     >>> a = te.placeholder((3,), "float32", name="a")
     >>> func = te.create_prim_func([a, te.compute((3,), lambda i: a[i] + 1.0)])
-    >>> out = os.path.join(tempfile.mkdtemp(), "lib.so")
-    >>> build_shared_library({"add_one": (func.with_attr("global_symbol", "add_one"), "llvm")}, out)
     >>> result = tvm.runtime.empty((3,), "float32")
-    >>> tvm.runtime.load_module(out)["add_one"](tvm.runtime.tensor(np.arange(3, dtype="float32")), result)
+    >>> with tempfile.TemporaryDirectory() as workdir:
+    ...     out = os.path.join(workdir, "lib.so")
+    ...     build_shared_library({"add_one": (func.with_attr("global_symbol", "add_one"), "llvm")}, out)
+    ...     tvm.runtime.load_module(out)["add_one"](tvm.runtime.tensor(np.arange(3, dtype="float32")), result)
     >>> result.numpy()
     array([1., 2., 3.], dtype=float32)
     """
     if not functions:
         raise ValueError("no functions to build")
-    groups = _groups(functions, min(usable_cpus(), len(functions)))
+    groups = _groups(functions, max(1, min(threads, len(functions))))
     with tempfile.TemporaryDirectory(prefix="fold_guard_build_") as workdir:
         prefixes = [os.path.join(workdir, f"part{index}") for index in range(len(groups))]
         if len(groups) == 1:
@@ -87,24 +83,4 @@ def build_shared_library(functions: Functions, path: str) -> None:
             with ThreadPoolExecutor(len(groups), thread_name_prefix="fold_guard_build") as pool:
                 parts = list(pool.map(_write_objects, groups, prefixes))
             objects = [obj for part in parts for obj in part]
-        _link(path, objects)
-
-
-def _link(path: str, objects: List[str]) -> None:
-    """Link ``objects`` into the shared library ``path``.
-
-    The objects hold LLVM's code for the kernels and nothing that needs the C runtime's start
-    files (no constructors, no C++), so the linker alone makes the library the compiler driver
-    would; if it is missing or refuses, the driver (``tvm.support.cc.create_shared``) links.
-    """
-    linker = shutil.which("ld") if sys.platform.startswith("linux") else None
-    if linker is not None:
-        done = subprocess.run(
-            [linker, "-shared", "--eh-frame-hdr", "-o", path, *objects],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-        if done.returncode == 0:
-            return
-    cc.create_shared(path, objects)
+        cc.create_shared(path, objects)

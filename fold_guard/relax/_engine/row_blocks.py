@@ -8,7 +8,7 @@ can run side by side, each writing its own rows of the one output tensor. Every 
 computed by the same compiled code, so no bit changes.
 
 A call is split only where that kernel takes fewer rows than the whole: its leading result dim
-is symbolic and no other dim shares it (a shape-generic kernel, see ``_kernels``), and only at
+is symbolic and no other dim shares it (a shape-generic kernel, see ``_shape_generic``), and only at
 rows where every tensor a block reads or writes starts on a 64-byte boundary, as TVM requires of
 a tensor's data. BERT-tiny's 30522 x 128 word embedding is the case this is for: one call, alone
 in its dependency level, that would otherwise keep one thread busy while the other waits.
@@ -23,10 +23,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import tvm
 
-from .._core.graph import FoldNode, dtype_nbytes
-from . import _compat
-from ._host import NUMPY_EXACT_DTYPES
-from ._lower import CallSite
+from ..._core.graph import FoldNode, dtype_nbytes
+from .. import _compat
+from .._sites import CallSite
+from .host import NUMPY_EXACT_DTYPES
 
 __all__ = ["ROW_BLOCKS_MIN_BYTES", "ROW_BLOCK_OPS", "RowBlocks", "row_blocks"]
 
@@ -79,7 +79,7 @@ def row_blocks(
     ``kernel_result`` is the result type its kernel was legalized for (``Kernel.out_ty``).
 
     >>> from fold_guard._core.graph import FoldNode, InputKind, NodeInput, TensorInfo
-    >>> from fold_guard.relax._lower import CallSite, SiteKind
+    >>> from fold_guard.relax._sites import CallSite, SiteKind
     >>> from tvm import relax
     >>> n = tvm.tirx.Var("n0", "int64")
     >>> data = relax.Var("w", relax.TensorType((30522, 128), "int8"))

@@ -21,16 +21,22 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import _compat
-from ._lower import CallSite, StaticShapeVar
+from .. import _compat
+from .._sites import CallSite, StaticShapeVar
 
 __all__ = [
     "HOST_OPS",
     "NUMPY_EXACT_DTYPES",
     "HostFunction",
+    "UndefinedResultError",
     "host_function",
     "run_host",
 ]
+
+
+class UndefinedResultError(IndexError):
+    """A copy whose result the stock kernel leaves undefined: the call is kept, not folded."""
+
 
 #: leaf arrays, result shape -> the result
 HostFunction = Callable[[Sequence[np.ndarray], Tuple[int, ...]], np.ndarray]
@@ -62,7 +68,7 @@ def _take(axis: Optional[int], mode: str) -> HostFunction:
             return np.take(data, indices, axis=axis, mode=mode)  # type: ignore[call-overload]
         extent = data.size if axis is None else data.shape[axis]
         if indices.size and (indices.min() < 0 or indices.max() >= extent):
-            raise IndexError(
+            raise UndefinedResultError(
                 f"take in {mode!r} mode reads index {int(indices.min())}..{int(indices.max())} "
                 f"of an axis of {extent}: the kernel's result is undefined there"
             )
@@ -116,7 +122,7 @@ def host_function(site: CallSite) -> Optional[HostFunction]:
 
     Every tensor it reads and writes must be of a type NumPy copies bit for bit.
 
-    >>> from fold_guard.relax._lower import CallSite, SiteKind
+    >>> from fold_guard.relax._sites import CallSite, SiteKind
     >>> x = relax.Var("x", relax.TensorType((2, 3), "float32"))
     >>> call = relax.BlockBuilder().normalize(relax.op.permute_dims(x))
     >>> site = CallSite(0, "main", call, SiteKind.OP, relax.Var("y"), True, (x,), (None,), (0,))
@@ -134,12 +140,17 @@ def host_function(site: CallSite) -> Optional[HostFunction]:
 
 
 def run_host(
-    function: HostFunction, leaves: Sequence[tvm.runtime.Tensor], out: tvm.runtime.Tensor
+    function: HostFunction,
+    leaves: Sequence[tvm.runtime.Tensor],
+    out: tvm.runtime.Tensor,
+    *,
+    striped: bool = True,
 ) -> tvm.runtime.Tensor:
     """Run ``function`` on tensors into ``out`` (a new tensor of the result's type), and return ``out``.
 
     The operands are read and the result written in place through DLPack, so a reshape or a
-    transpose copies its elements once, as its kernel would.
+    transpose copies its elements once, as its kernel would. ``striped`` lets a large 2-D
+    transpose be copied in stripes (:func:`_copy`).
     """
     target = np.from_dlpack(out)
     # np.asarray: np.take of a 0-d index gives a NumPy scalar
@@ -149,7 +160,10 @@ def run_host(
             f"host copy gave {result.dtype}{list(result.shape)}, "
             f"expected {target.dtype}{list(target.shape)}"
         )
-    _copy(target, result)
+    if striped:
+        _copy(target, result)
+    else:
+        np.copyto(target, result)
     return out
 
 
@@ -169,8 +183,9 @@ def _copy(target: np.ndarray, source: np.ndarray) -> None:
 
     NumPy copies in the target's order, so a transposed ``source`` is read down its columns; at
     a power-of-two row stride those reads all compete for a few cache sets and a 1000 x 2048
-    float32 transpose takes 8-13 ms. Copied 16 source rows at a time, each stripe reads those
-    rows front to back and writes 16 consecutive elements of every target row: 3-4 ms.
+    float32 transpose is slow. Copied 16 source rows at a time, each stripe reads those rows
+    front to back and writes 16 consecutive elements of every target row (``bench/README.md``
+    has what that buys).
     """
     if (
         source.ndim != 2

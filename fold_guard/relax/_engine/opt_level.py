@@ -9,13 +9,10 @@ comparison, min or max that meets a NaN. (A symbolic ``astype(300.0, "int8")`` k
 where stock's gives 127.) A kernel that can meet none of these computes at ``-O0`` the bits
 stock's ``-O3`` kernel computes.
 
-``-O0`` compiles about 3x faster (a quantize kernel: 0.017 s instead of 0.053 s; BERT-tiny's 13
-kernels: 0.11 s instead of 0.34 s) and its code runs about 2x slower (a quantize 0.5 ns more per
-byte it reads or writes), so it is chosen only where compiling is the larger cost: a kernel
-whose calls read and write at most :data:`QUICK_BUILD_MAX_BYTES` together. (The kernels build
-on every CPU at once, see ``_shared_library``, so the compile time saved is about half the 0.036
-s of CPU time: about what -O0 code loses running over 32 MiB.) A warm fold, which compiles
-nothing, pays only the slower run, which this bound keeps small. The ops that qualify are the
+``-O0`` compiles several times faster and its code runs slower (``bench/README.md`` has the
+figures), so it is chosen only where compiling is the larger cost: a kernel whose calls read
+and write at most :data:`QUICK_BUILD_MAX_BYTES` together. A warm fold, which compiles nothing,
+pays only the slower run, which this bound keeps small. The ops that qualify are the
 ones quantized models fold, each under the condition that keeps it clear of poison:
 
 - ``dequantize`` to float32 of 8- or 16-bit integers (widen, subtract in int32: cannot
@@ -41,10 +38,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._core.graph import dtype_nbytes
-from . import _compat
-from ._host import NUMPY_EXACT_DTYPES
-from ._lower import CallSite
+from ..._core.graph import dtype_nbytes
+from .. import _compat
+from .._sites import CallSite
+from .host import NUMPY_EXACT_DTYPES
 
 __all__ = [
     "OPTIMIZED_TARGET",

@@ -1,0 +1,164 @@
+"""What the walk reads of one Relax binding: its checks, its tensor types, its attributes.
+
+Small readers ``_walk`` uses for every call binding: the preconditions a binding must meet
+(well-formed annotations, a normalized body, a ``call_tir`` of one of the module's PrimFuncs),
+the :class:`~fold_guard._core.graph.TensorInfo` of a type (remembered per type object, see
+``_compat.remembering_types``), and a call's attributes as plain Python values, read on first
+use.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+
+import tvm
+from tvm import relax
+
+from .._core.errors import PreconditionError, UnsupportedIRError
+from .._core.graph import TensorInfo
+from .._core.reasons import Reason
+from . import _compat
+from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
+
+__all__ = [
+    "attrs_of",
+    "check_annotation",
+    "check_call_tir",
+    "check_normalized",
+    "output_infos",
+    "read_attrs",
+    "tensor_info",
+]
+
+
+def check_annotation(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:
+    """Refuse a malformed annotation (first: a hand-built one is usually not normalized either)."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
+        return
+    op_name = value.op.name
+    if op_name not in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
+        return
+    if len(args) != 1:
+        raise UnsupportedIRError(
+            f"function {scope}: {label} = {op_name} has {len(args)} operands, expected 1"
+        )
+    if _compat.has_type(args[0]) and not isinstance(_compat.type_of(args[0]), _compat.TensorType):
+        raise non_tensor_operand_error(op_name, args[0], f"function {scope}: {label} = ")
+
+
+def check_normalized(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:
+    """Refuse a binding whose value (or an argument of it) has no type yet.
+
+    Normalizing it here would not help: TVM's normalizer writes the types it infers into the
+    existing nodes, which are the caller's, so the caller's module would change.
+    """
+    parts = [value, *args]
+    if all(_compat.has_type(part) for part in parts):
+        return
+    what = (
+        value.op.name
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+        else type(value).__name__
+    )
+    raise PreconditionError(
+        f"function {scope}: {label} = {what}(...) has no type yet, so the body is not normalized "
+        "(it was built around relax.Call objects outside a BlockBuilder); fold_guard does not "
+        "normalize it itself, because TVM's normalizer writes types into the caller's nodes. "
+        "Hint: run relax.transform.Normalize() first"
+    )
+
+
+def check_call_tir(mod: tvm.IRModule, call: relax.Call) -> Tuple[Optional[Reason], str]:
+    callee = call.args[0]
+    if not isinstance(callee, tvm.ir.GlobalVar) or callee not in mod.functions:
+        return Reason.UNSUPPORTED, f"call_tir target {callee} is not a function of the module"
+    if not isinstance(mod[callee], tvm.tirx.PrimFunc):
+        return Reason.UNSUPPORTED, f"call_tir target {callee.name_hint} is not a PrimFunc"
+    return None, ""
+
+
+def tensor_info(ty) -> TensorInfo:
+    # a call's result type is also the type of its variable, read again by every consumer
+    return _compat.remembered(ty, "tensor_info", _read_tensor_info)
+
+
+def _read_tensor_info(ty) -> TensorInfo:
+    return TensorInfo.of(_compat.dtype_of(ty), _compat.static_shape(ty))
+
+
+def output_infos(ty) -> Tuple[TensorInfo, ...]:
+    return tuple(
+        tensor_info(leaf)
+        if isinstance(leaf, _compat.TensorType)
+        else TensorInfo(
+            "shape" if isinstance(leaf, _compat.ShapeType) else type(leaf).__name__, None, 0
+        )
+        for leaf in _compat.flatten_types(ty)
+    )
+
+
+class _CallAttrs(Mapping[str, object]):
+    """A call's attributes as plain Python values (``FoldNode.attrs``), read on first use.
+
+    Reading them is reflection over the attrs object, an FFI read per field (tens of
+    microseconds a call), and only a policy that looks at attributes needs them: none of the
+    built-in ones does. Attrs objects are immutable, so reading late gives what reading early
+    would have.
+    """
+
+    __slots__ = ("_attrs", "_values")
+
+    def __init__(self, attrs: tvm.ir.Attrs):
+        self._attrs: Optional[tvm.ir.Attrs] = attrs
+        self._values: Optional[Dict[str, object]] = None
+
+    def _read(self) -> Dict[str, object]:
+        if self._values is None:
+            self._values = read_attrs(self._attrs)
+            self._attrs = None
+        return self._values
+
+    def __getitem__(self, key: str) -> object:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __repr__(self) -> str:
+        return repr(self._read())
+
+    def __reduce__(self):
+        return (dict, (self._read(),))
+
+
+def attrs_of(call: relax.Call) -> Mapping[str, object]:
+    attrs = call.attrs
+    return {} if attrs is None else _CallAttrs(attrs)
+
+
+def read_attrs(attrs: tvm.ir.Attrs) -> Dict[str, object]:
+    result: Dict[str, object] = {}
+    for key in dir(attrs):
+        if key.startswith("_"):
+            continue
+        try:
+            value = getattr(attrs, key)
+        except Exception:  # noqa: BLE001 - reflection of arbitrary attrs; skip what does not read
+            continue
+        if callable(value):
+            continue
+        result[key] = _plain(value)
+    return result
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return value.value
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "Array":
+        return tuple(_plain(v) for v in value)  # type: ignore[attr-defined]
+    return str(value)

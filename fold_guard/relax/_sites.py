@@ -1,0 +1,114 @@
+"""The data the Relax adapter's translation and evaluation share: a leaf module.
+
+The seam of the adapter runs through here. Translation (``_walk``: the Relax module read into
+call sites and graph nodes; ``_legalize``: what ``LegalizeOps`` makes of them) produces these
+values; evaluation (``_engine``) consumes them. This module imports nothing of fold_guard's but
+``_compat``, so both sides depend on it and never on each other.
+
+* :class:`CallSite`: where a call is and what it reads (its tensor leaves, their constants).
+* :class:`PlanningFacts`: the three facts only legalization knows, frozen; legalization makes
+  them on every run, so no cache can change a plan.
+* :class:`KernelSpec`: the legalized PrimFunc that computes a call, and how its buffers map to
+  the call's leaves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping, Optional, Tuple
+
+import tvm
+from tvm import relax
+
+from . import _compat
+
+__all__ = ["CallSite", "KernelSpec", "PlanningFacts", "SiteKind", "StaticShapeVar"]
+
+
+class SiteKind(Enum):
+    """How a call binding is evaluated, as far as translation can tell."""
+
+    OP = "op"  # an operator with FLegalize, evaluated through its legalized TIR kernel
+    CALL_TIR = "call_tir"  # call_tir of a PrimFunc in the module
+    TENSOR_TO_SHAPE = "tensor_to_shape"  # read the shape values straight from the constant
+    ALLOW = "allow"
+    BARRIER = "barrier"
+    OTHER = "other"  # anything fold_guard cannot evaluate
+
+
+@dataclass(frozen=True)
+class StaticShapeVar:
+    """A shape variable whose type gives all its values (``s: R.Shape([3, 4])``).
+
+    It is static for folding, like a ShapeExpr, but stays a variable: legalizers see it as the
+    stock pass shows it to them (``shape_to_tensor`` of it becomes a TIR kernel with no inputs).
+    """
+
+    var: relax.Var
+
+    @property
+    def values(self) -> Tuple[int, ...]:
+        return tuple(int(v.value) for v in _compat.type_of(self.var).values)
+
+
+@dataclass(frozen=True, eq=False)
+class CallSite:
+    """The Relax call behind FoldNode ``node_id``: where it is and what it reads.
+
+    ``leaves`` are the tensor arguments in node-input order; ``template_args`` are the call's
+    arguments with every tensor leaf replaced by its index into ``leaves`` (an ``int``), inline
+    tuples kept as Python tuples, and static arguments (shapes, prim values) as Relax expressions
+    or :class:`StaticShapeVar`. ``leaf_constants[i]`` is the constant leaf ``i`` is bound to, if
+    any; ``zero_size_leaves`` are leaves that are run-time tensors of a static zero-size shape
+    (their one possible value stands in ``leaf_constants``).
+    """
+
+    node_id: int
+    function: str
+    call: relax.Call
+    kind: SiteKind
+    var: relax.Var
+    in_dataflow: bool
+    leaves: Tuple[relax.Expr, ...] = ()
+    leaf_constants: Tuple[Optional[relax.Expr], ...] = ()
+    template_args: Tuple[object, ...] = ()
+    zero_size_leaves: Tuple[int, ...] = ()
+
+    @property
+    def op_name(self) -> str:
+        """The operator's name (``relax.quantize``), or "" for a call of something else."""
+        op = self.call.op
+        return op.name if isinstance(op, tvm.ir.Op) else ""
+
+
+@dataclass(frozen=True, eq=False)
+class KernelSpec:
+    """How a call is computed by a TIR kernel: the PrimFunc and what each of its buffers is.
+
+    ``arg_map[i]`` is an ``int`` (the index of a leaf of the call) or a ``tvm.runtime.Tensor``
+    (a constant the legalizer put into the call). ``result_type`` is the result type the kernel
+    was legalized for, symbolic where one kernel serves calls of several shapes (``None`` for a
+    module's own ``call_tir``, whose result is the call's). ``members`` are the node ids of every
+    call this kernel serves (one op-signature group, or one call).
+    """
+
+    prim_func: tvm.tirx.PrimFunc
+    arg_map: Tuple[object, ...]
+    result_type: object = None
+    members: Tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanningFacts:
+    """What legalization tells the planner, per node id; made afresh by every run.
+
+    ``unsupported``: calls with no kernel at all, and why. ``not_stock_foldable``: calls
+    fold_guard could evaluate but the stock pass would not fold, and why. ``unread_zero_size``:
+    a call's zero-size run-time leaves that its kernel does not read (as in stock, they do not
+    stop it folding).
+    """
+
+    unsupported: Mapping[int, str] = field(default_factory=dict)
+    not_stock_foldable: Mapping[int, str] = field(default_factory=dict)
+    unread_zero_size: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)

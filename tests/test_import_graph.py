@@ -1,0 +1,152 @@
+"""fold_guard's import graph has no cycle, and the Relax adapter's seams hold (read from the source).
+
+    relax/_walk, _legalize, _rewrite, ... --> relax/_sites <-- relax/_engine/*
+                       (translation)          (the leaf)        (evaluation)
+
+- no cycle among fold_guard's modules (a module that imports itself through others);
+- no adapter module imports the package root (``fold_guard/__init__.py`` imports the adapters);
+- translation never imports the engine: only the driver (``_pass``) and ``_config`` do;
+- nothing under ``relax/_engine`` reads the environment (``_config`` resolves every setting);
+- no module of ``relax/`` is longer than 450 lines.
+
+The graph is read with ``ast`` from every file of the package, so it covers imports that run
+only in a function or under ``TYPE_CHECKING`` too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fold_guard"
+MAX_LINES = 450
+#: The Relax adapter's translation side: it never imports the engine.
+TRANSLATION = {
+    "_walk",
+    "_leaves",
+    "_read",
+    "_legalize",
+    "_shape_generic",
+    "_rewrite",
+    "_stock",
+    "_ops",
+    "_sites",
+    "_compat",
+    "_annotate",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _graph() -> Dict[str, Set[str]]:
+    """module -> the fold_guard modules it imports (``from . import x`` names module ``x``)."""
+    files = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    edges: Dict[str, Set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")
+                if node.level:
+                    base = base[: len(base) - node.level + 1]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                named = [f"{module}.{alias.name}" for alias in node.names]
+                targets = [t for t in named if t in files]
+                if len(targets) < len(named):
+                    targets.append(module)
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            edges[name].update(t for t in targets if t in files and t != name)
+    return edges
+
+
+GRAPH = _graph()
+
+
+def _cycle() -> List[str]:
+    """One import cycle, as the modules along it, or [] (depth-first search)."""
+    state: Dict[str, int] = {}
+    stack: List[str] = []
+
+    def visit(name: str) -> List[str]:
+        state[name] = 1
+        stack.append(name)
+        for target in sorted(GRAPH[name]):
+            if state.get(target) == 1:
+                return stack[stack.index(target) :] + [target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        stack.pop()
+        state[name] = 2
+        return []
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            found = visit(name)
+            if found:
+                return found
+    return []
+
+
+def test_the_graph_is_read():
+    """Guard against a vacuous graph: known arrows are there."""
+    assert "fold_guard.relax._sites" in GRAPH["fold_guard.relax._walk"]
+    assert "fold_guard.relax._engine" in GRAPH["fold_guard.relax._pass"]
+    assert "fold_guard.relax" in GRAPH["fold_guard"]
+
+
+def test_no_import_cycle():
+    assert _cycle() == []
+
+
+@pytest.mark.parametrize("adapter", ["fold_guard.relax", "fold_guard.relay", "fold_guard._core"])
+def test_no_adapter_imports_the_package_root(adapter):
+    offenders = [
+        name
+        for name, targets in GRAPH.items()
+        if name.startswith(adapter) and "fold_guard" in targets
+    ]
+    assert offenders == []
+
+
+def test_translation_never_imports_the_engine():
+    offenders: List[Tuple[str, str]] = [
+        (name, target)
+        for name, targets in GRAPH.items()
+        if name.rpartition(".")[2] in TRANSLATION and name.startswith("fold_guard.relax.")
+        for target in targets
+        if target.startswith("fold_guard.relax._engine")
+    ]
+    assert offenders == []
+
+
+def test_the_engine_reads_no_environment():
+    for path in (PACKAGE / "relax" / "_engine").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        reads = [
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+        ]
+        assert reads == [], path
+
+
+def test_relax_modules_are_short():
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in (PACKAGE / "relax").rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
