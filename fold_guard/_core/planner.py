@@ -371,21 +371,40 @@ def _decide(
         return keep(node.unfoldable, "", node.unfoldable_detail)
     if node.id in allowed:
         return fold(ALLOW_RULE, "inside a fold_allow subgraph")
+    return _by_policy_or_default(
+        node, graph, policy, uses, keep, fold, node.default_fold, node.default_rule
+    )
 
+
+_Decide = Callable[..., Tuple[FoldDecision, _Value]]
+
+
+def _by_policy_or_default(
+    node: FoldNode,
+    graph: FoldGraph,
+    policy: FoldPolicy,
+    uses: GraphUses,
+    keep: _Decide,
+    act: _Decide,
+    default_acts: bool,
+    default_rule: str,
+) -> Tuple[FoldDecision, _Value]:
+    """Rows 8 and 9, on either path: the policy's first rule that answers, else the IR's default.
+
+    ``act`` folds (or, on the parameter path, lifts); without a rule that answers, the call is
+    acted on when ``default_acts``, else kept with the stock ``default_rule``'s text.
+    """
     if node.lowered and policy.reads_ops:
         raise _lowered_call_error(node, policy)
     verdict = _checked_verdict(policy, node, policy.decide(CallView(node, graph, uses)))
     if verdict is not None:
         action, rule = verdict
         if action is Action.FOLD:
-            return fold(rule.name, rule.description)
+            return act(rule.name, rule.description)
         return keep(Reason.KEPT_BY_POLICY, rule.name, rule.description)
-    if node.default_fold:
-        return fold(DEFAULT_RULE)
-    return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.default_rule)
-
-
-_Decide = Callable[..., Tuple[FoldDecision, _Value]]
+    if default_acts:
+        return act(DEFAULT_RULE)
+    return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, default_rule)
 
 
 def _decide_lift(
@@ -408,15 +427,7 @@ def _decide_lift(
         return lift(ALLOW_RULE, "operand is computed from weight parameters")
     if node.id in allowed:
         return lift(ALLOW_RULE, "inside a fold_allow subgraph")
-    if node.lowered and policy.reads_ops:
-        raise _lowered_call_error(node, policy)
-    verdict = _checked_verdict(policy, node, policy.decide(CallView(node, graph, uses)))
-    if verdict is not None:
-        action, rule = verdict
-        if action is Action.FOLD:
-            return lift(rule.name, rule.description)
-        return keep(Reason.KEPT_BY_POLICY, rule.name, rule.description)
-    return lift(DEFAULT_RULE)
+    return _by_policy_or_default(node, graph, policy, uses, keep, lift, True, "")
 
 
 def _checked_verdict(
