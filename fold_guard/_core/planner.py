@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Mapping, Optional, Set, Tuple
+from typing import Dict, Mapping, Optional, Protocol, Set, Tuple
 
 from .errors import (
     ConflictingAnnotationsError,
@@ -376,7 +376,16 @@ def _decide(
     )
 
 
-_Decide = Callable[..., Tuple[FoldDecision, _Value]]
+class _Keep(Protocol):
+    def __call__(
+        self, reason: Reason, rule: str = ..., detail: str = ..., cause: Optional[_Value] = ...
+    ) -> Tuple[FoldDecision, _Value]: ...
+
+
+class _Act(Protocol):
+    """Fold, or (on the parameter path) lift."""
+
+    def __call__(self, rule: str, detail: str = ...) -> Tuple[FoldDecision, _Value]: ...
 
 
 def _by_policy_or_default(
@@ -384,8 +393,8 @@ def _by_policy_or_default(
     graph: FoldGraph,
     policy: FoldPolicy,
     uses: GraphUses,
-    keep: _Decide,
-    act: _Decide,
+    keep: _Keep,
+    act: _Act,
     default_acts: bool,
     default_rule: str,
 ) -> Tuple[FoldDecision, _Value]:
@@ -413,8 +422,8 @@ def _decide_lift(
     policy: FoldPolicy,
     allowed: Set[int],
     uses: GraphUses,
-    keep: _Decide,
-    lift: _Decide,
+    keep: _Keep,
+    lift: _Act,
 ) -> Tuple[FoldDecision, _Value]:
     """The parameter path (module doc): the fold path's precedence, with lift in place of fold.
 
