@@ -13,7 +13,9 @@ default. In one forward pass over the topologically ordered nodes:
 * a node the adapter cannot evaluate keeps its own reason (impure, unsupported, dynamic shape,
   or an evaluation failure reported back by the adapter);
 * a node in the backward cone of a ``fold_allow`` operand (stopping at barriers) folds;
-* otherwise the policy's first matching rule decides, and without one the IR's default does.
+* otherwise the policy's first matching rule decides, and without one the IR's default does;
+  a rule that folds only with its consumers (``Rule.needs_folded_consumers``) is checked on the
+  finished sweep, and where a consumer does not fold the node is decided again without it.
 
 An allow node whose operand is constant folds (the annotation disappears). The planner never
 mutates anything: it returns a frozen :class:`FoldPlan`.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .errors import ConflictingAnnotationsError, FoldNotPossibleError, PreconditionError
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
@@ -182,17 +184,62 @@ def plan_folds(
     _check_annotations(graph)
     allowed = _allowed_cone(graph)
     uses = GraphUses(graph)
-    values: Dict[int, _Value] = {}
-    decisions = []
-    for node in graph.nodes:
-        decision, value = _decide(node, graph, policy, values, allowed, failures, uses)
-        values[node.id] = value
-        decisions.append(decision)
+    # Step 1. Sweep forward. A conditional fold (a rule with ``needs_folded_consumers``) can only
+    # be checked once its consumers are decided: each sweep that leaves one with a consumer that
+    # does not fold vetoes the rule there and sweeps again. Vetoes only remove folds, so this
+    # ends; without conditional rules (every policy but the QDQ ones) it is one sweep.
+    vetoed: Dict[int, str] = {}
+    while True:
+        conditional: Set[int] = set()
+        decisions = _sweep(graph, policy, allowed, failures, uses, vetoed, conditional)
+        unmet = {
+            node_id: _unmet_consumer(graph, decisions, uses, node_id)
+            for node_id in sorted(conditional)
+        }
+        unmet = {node_id: why for node_id, why in unmet.items() if why}
+        if not unmet:
+            break
+        vetoed.update(unmet)
+    # Step 2. The plan, logged once (not once per sweep).
+    for node, decision in zip(graph.nodes, decisions):
         logger.debug("%s/%s: %s", node.function, node.label, decision)
     plan = FoldPlan(graph, tuple(decisions), policy.name)
     if logger.isEnabledFor(logging.INFO):  # explain() walks every decision: not for nothing
         logger.info("%s", plan.explain(verbose=False))
     return plan
+
+
+def _sweep(
+    graph: FoldGraph,
+    policy: FoldPolicy,
+    allowed: Set[int],
+    failures: Mapping[int, str],
+    uses: GraphUses,
+    vetoed: Mapping[int, str],
+    conditional: Set[int],
+) -> List[FoldDecision]:
+    """Decide every node in order; record in ``conditional`` the nodes a conditional rule folded."""
+    values: Dict[int, _Value] = {}
+    decisions = []
+    for node in graph.nodes:
+        decision, value = _decide(
+            node, graph, policy, values, allowed, failures, uses, vetoed, conditional
+        )
+        values[node.id] = value
+        decisions.append(decision)
+    return decisions
+
+
+def _unmet_consumer(
+    graph: FoldGraph, decisions: Sequence[FoldDecision], uses: GraphUses, node_id: int
+) -> str:
+    """Why a conditional fold of ``node_id`` does not hold ("" when every consumer folds)."""
+    for user in uses.consumers[node_id]:
+        if decisions[user].action is not Action.FOLD:
+            rule = decisions[node_id].rule
+            consumer = graph.nodes[user]
+            return f"{rule} did not apply: {consumer.label} = {consumer.op} does not fold"
+    return ""
 
 
 def _check_annotations(graph: FoldGraph) -> None:
@@ -236,6 +283,8 @@ def _decide(
     allowed: Set[int],
     failures: Mapping[int, str],
     uses: GraphUses,
+    vetoed: Mapping[int, str],
+    conditional: Set[int],
 ) -> Tuple[FoldDecision, _Value]:
     def keep(
         reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None
@@ -321,15 +370,23 @@ def _decide(
 
     if node.lowered and policy.reads_ops:
         raise _lowered_call_error(node, policy)
-    verdict = policy.decide(CallView(node, graph, uses))
+    veto = vetoed.get(node.id, "")
+    verdict = policy.decide(CallView(node, graph, uses), skip_conditional=bool(veto))
     if verdict is not None:
         action, rule = verdict
+        detail = f"{rule.description} ({veto})" if veto else rule.description
         if action is Action.FOLD:
-            return fold(rule.name, rule.description)
-        return keep(Reason.KEPT_BY_POLICY, rule.name, rule.description)
+            if rule.needs_folded_consumers:
+                conditional.add(node.id)
+            return fold(rule.name, detail)
+        return keep(Reason.KEPT_BY_POLICY, rule.name, detail)
     if node.default_fold:
-        return fold(DEFAULT_RULE)
-    return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.default_rule)
+        return fold(DEFAULT_RULE, veto)
+    return keep(
+        Reason.KEPT_BY_POLICY,
+        DEFAULT_RULE,
+        f"{node.default_rule} ({veto})" if veto else node.default_rule,
+    )
 
 
 def _over_budget(node: FoldNode, max_fold_bytes: Optional[int]) -> str:
