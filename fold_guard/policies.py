@@ -35,10 +35,10 @@ A backend registers its own policy once; every API that takes a policy then acce
 from __future__ import annotations
 
 from ._core.policy import (
+    CAST_OPS,
     DEFAULT_GROWTH_FACTOR,
     DEFAULT_MIN_RESULT_BYTES,
     DEFAULT_POLICY,
-    CAST_OPS,
     DEQUANTIZE_OPS,
     FOLD_QNN_POLICY,
     KEEP_LOW_PRECISION_WEIGHTS_POLICY,
