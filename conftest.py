@@ -40,7 +40,6 @@ RELAY_ONLY: Tuple[str, ...] = (
     "tests/relay",
     "fold_guard/relay",
     "examples/_common/relay_byoc.py",
-    "tests/support/tflite_models.py",
 )
 #: Needs TVM 0.27 (Relax) or the tools only the Relax environment installs from the ``test``
 #: extra: mypy (test_typecheck), codespell (test_codespell), onnxruntime and Relax (test_examples).

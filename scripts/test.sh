@@ -4,7 +4,7 @@
 #
 #   relax: Relax + core + repository checks. Python 3.11, .venv, pip install -e ".[test]"
 #          (apache-tvm 0.27; mypy, codespell, ruff, onnxruntime for the type, spelling, lint and
-#          example checks).
+#          example checks; torch, torchao and tflite for the frontend tests).
 #   relay: Relay + core. Python 3.10, .venv310, tests/relay/requirements.txt (hhb-tvm 3.2.3 =
 #          TVM 0.16 with Relay and QNN) and fold_guard itself (pyproject asks for apache-tvm only
 #          on Python >= 3.11).
@@ -85,9 +85,13 @@ setup_relax() {
     # The root conftest.py leaves out suites the installed TVM cannot run; make sure that is not
     # this one (a wrong TVM here would otherwise shrink the suite instead of failing it).
     .venv/bin/python -c '
-import sys, tvm
+import importlib.util, sys, tvm
 if not tvm.__version__.startswith("0.27."):
     sys.exit(f".venv has tvm {tvm.__version__}, the Relax suite needs apache-tvm 0.27")
+# The frontend tests skip without these (where they cannot be installed); here they must be.
+missing = [name for name in ("torch", "torchao", "tflite") if importlib.util.find_spec(name) is None]
+if missing:
+    sys.exit(f".venv lacks {missing} (the test extra installs them): the frontend tests need them")
 print(f"tvm {tvm.__version__}")'
 }
 

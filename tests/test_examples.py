@@ -113,3 +113,74 @@ def test_backend_partition_example_offloads_every_quantized_op_only_after_fold_g
     assert {model for model, _ in plans} == set(totals) and all(int(n) > 0 for _, n in plans), out
     checks = re.findall(r"^(\w+)\s+partitioned vs unfolded: bit-identical; .*: ok$", out, re.M)
     assert sorted(checks) == sorted(totals), out
+
+
+def test_pytorch_example_keeps_int8_weights_and_matches_pytorch() -> None:
+    out = _run_example("frontend_pytorch.py")
+    modules = ("imported", "stock FoldConstant", "fold_guard keep-qdq-weights")
+    # model, module, quantize(const), int8 weight DQ, max |out - torch|
+    rows = {
+        (m.group(1), m.group(2)): (int(m.group(3)), int(m.group(4)), float(m.group(5)))
+        for m in re.finditer(
+            r"^(\S+)\s+(" + "|".join(modules) + r")\s+(\d+)\s+(\d+)\s+(\S+)$", out, re.M
+        )
+    }
+    weights = {"conv": 1, "linear": 2, "depthwise": 2, "residual": 3, "residual*": 3}
+    assert {model for model, _ in rows} == set(weights), out
+    for model, count in weights.items():
+        imported, stock, ours = (rows[model, m] for m in modules)
+        float_weights = model.endswith("*")  # convert_pt2e(fold_quantize=False)
+        assert imported[:2] == ((count, 0) if float_weights else (0, count))
+        assert stock[:2] == (0, 0) and ours[:2] == (0, count)
+        # within one output quantization step of PyTorch (the models' steps are above 0.005)
+        assert max(imported[2], stock[2], ours[2]) < 0.005, out
+    assert out.count("keep-qdq-weights vs imported: bit-identical") == len(weights)
+
+
+def test_tflite_example_imports_every_form_and_keeps_its_weights() -> None:
+    out = _run_example("frontend_tflite.py")
+    assert "int8-dequantize      TVM's from_tflite: fails: KeyError 'conv/weight_int8'" in out
+    modules = ("stock FoldConstant", "fold_guard keep-qdq-weights")
+    # model, module, weights, constant bytes, max |out - numpy|
+    rows = {
+        (m.group(1), m.group(2)): (m.group(3), int(m.group(4)), float(m.group(5)))
+        for m in re.finditer(
+            r"^(\S+)\s+(" + "|".join(modules) + r")\s+(-|\d+ int8 DQ|\d+ float16 cast)\s+"
+            r"(\d+)\s+(\S+)$",
+            out,
+            re.M,
+        )
+    }
+    expected = {
+        "full-int8": "2 int8 DQ",
+        "int8-dequantize": "3 int8 DQ",
+        "float16-dequantize": "6 float16 cast",
+    }
+    for form, weights in expected.items():
+        stock, ours = rows[form, modules[0]], rows[form, modules[1]]
+        assert stock[0] == "-" and ours[0] == weights, out
+        assert ours[1] < stock[1]  # int8 or float16 weights instead of float32 ones
+        assert max(stock[2], ours[2]) < 1e-3
+    float16 = rows["float16-dequantize", modules[1]][1], rows["float16-dequantize", modules[0]][1]
+    assert float16[0] * 2 == float16[1]
+    assert out.count("keep-qdq-weights vs unfolded: bit-identical") == 3
+
+
+def test_requantize_chain_example_folds_each_chain_to_one_int8_constant() -> None:
+    out = _run_example("requantize_chains.py")
+    assert out.count("folded [fold-requantize-chain]") == 2
+    # module, quantize calls, dequantize calls, DQ(int8 const), max |out - onnxruntime|
+    rows = {
+        m.group(1).strip(): tuple(int(m.group(i)) for i in (2, 3, 4)) + (float(m.group(5)),)
+        for m in re.finditer(
+            r"^([a-zA-Z +-]+?)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)  bit-identical to imported$",
+            out,
+            re.M,
+        )
+    }
+    assert rows["imported"][:3] == (5, 8, 2)  # 2 chains of Q/DQ on the weights
+    assert rows["stock FoldConstant"][:3] == (3, 3, 0)  # only activations' Q/DQ left
+    assert rows["keep-qdq-weights"][:3] == (3, 6, 2)  # one int8 dequantize per weight, at s2
+    assert rows["keep-requantize + keep-qdq-weights"][:3] == (5, 8, 2)
+    assert all(row[3] <= 0.05 for row in rows.values())  # one output step
+    assert "folded int8 weights equal NumPy's requantization: True" in out

@@ -4,9 +4,14 @@
   ``onnxruntime.quantization``), their Relax and Relay imports, and reference runners;
 - :mod:`_common.relax_byoc` and :mod:`_common.relay_byoc`: two fictional BYOC backends (pattern
   tables, partitioning, offload counts) for Relax and Relay;
-- :mod:`_common.codegen_input`: a pass instrument that keeps the module VM codegen receives.
+- :mod:`_common.codegen_input`: a pass instrument that keeps the module VM codegen receives;
+- :mod:`_common.tflite_writer`, :mod:`_common.tflite_models`, :mod:`_common.tflite_weights`: small
+  TFLite models written without TensorFlow (full int8; int8 or float16 weights behind
+  DEQUANTIZE) and their NumPy references;
+- :mod:`_common.torch_models`: small PyTorch models quantized with PT2E (``torchao``).
 
-They need the ``examples`` extra (``onnx``, ``onnxruntime``) and live here, not in the installed
+They need the ``examples`` extra (``onnx``, ``onnxruntime``, ``tflite``; the PyTorch models need
+``torch`` and ``torchao``, which the ``test`` extra installs) and live here, not in the installed
 package. An example run as ``python examples/<name>.py`` finds them as ``_common`` (``examples/``
 is its ``sys.path[0]``); the benchmarks put ``examples/`` on ``sys.path`` themselves, and pytest
 does through ``pythonpath`` in ``pyproject.toml``.

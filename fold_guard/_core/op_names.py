@@ -1,10 +1,11 @@
 """The IR op names the built-in policies read: one table per adapter, and nowhere else in the core.
 
-A built-in policy asks IR-neutral questions of a call: is it a quantize, a dequantize, a quantized
-compute op (what Relay's ``fold_qnn`` is about), a weight op (convolution, dense, matmul), a bias
-op? Each adapter's IR answers them with its own op names, listed in its table below; the planner
-and the policy code only ever ask :data:`OP_TABLES`. Every name is an op the IR registers (a
-test checks each table against its TVM), so supporting a new op, or another IR, is one entry here.
+A built-in policy asks IR-neutral questions of a call: is it a quantize, a dequantize, a
+requantize, a dtype cast, a quantized compute op (what Relay's ``fold_qnn`` is about), a weight op
+(convolution, dense, matmul), a bias op? Each adapter's IR answers them with its own op names,
+listed in its table below; the planner and the policy code only ever ask :data:`OP_TABLES`.
+Every name is an op the IR registers (a test checks each table against its TVM), so supporting a
+new op, or another IR, is one entry here.
 
 A table holds names, not TVM objects, so the core stays TVM-free: ``qnn.*`` names are Relay's and
 ``relax.*`` names Relax's, and a graph of either IR can be planned without its TVM installed.
@@ -23,9 +24,12 @@ class IROpNames:
     """What the built-in policies need to know about one IR's ops.
 
     ``quantized_prefix`` marks the IR's quantized op family (Relay's ``qnn.``; Relax has none:
-    its quantized models are ``quantize`` / ``dequantize`` around float ops). ``bias_add`` ops
-    take the bias as a later operand; ``add`` ops add a bias when their other operand comes from
-    a weight op. ``lift_stop`` is the identity op the IR's parameter lifting never lifts (Relax
+    its quantized models are ``quantize`` / ``dequantize`` around float ops). ``requantize`` ops
+    change an integer tensor's scale in one call (Relay's ``qnn.requantize``, which
+    ``FakeQuantizationToInteger`` makes of a ``dequantize -> quantize`` pair; Relax has none).
+    ``cast`` ops change a tensor's dtype and nothing else. ``bias_add`` ops take the bias as a
+    later operand; ``add`` ops add a bias when their other operand comes from a weight op.
+    ``lift_stop`` is the identity op the IR's parameter lifting never lifts (Relax
     ``stop_lift_params``; Relay has no parameter lifting).
     """
 
@@ -35,6 +39,8 @@ class IROpNames:
     weight: FrozenSet[str]
     bias_add: FrozenSet[str]
     add: FrozenSet[str]
+    cast: FrozenSet[str] = frozenset()
+    requantize: FrozenSet[str] = frozenset()
     quantized_prefix: str = ""
     lift_stop: FrozenSet[str] = frozenset()
 
@@ -60,6 +66,7 @@ RELAX_OP_NAMES = IROpNames(
     ),
     bias_add=frozenset(),
     add=frozenset({"relax.add"}),
+    cast=frozenset({"relax.astype"}),
     lift_stop=frozenset({"relax.builtin.stop_lift_params"}),
 )
 
@@ -90,6 +97,8 @@ RELAY_OP_NAMES = IROpNames(
     ),
     bias_add=frozenset({"nn.bias_add"}),
     add=frozenset({"add", "qnn.add"}),
+    cast=frozenset({"cast"}),
+    requantize=frozenset({"qnn.requantize"}),
     quantized_prefix="qnn.",
 )
 

@@ -13,7 +13,9 @@ default. In one forward pass over the topologically ordered nodes:
 * a node the adapter cannot evaluate keeps its own reason (impure, unsupported, dynamic shape,
   or an evaluation failure reported back by the adapter);
 * a node in the backward cone of a ``fold_allow`` operand (stopping at barriers) folds;
-* otherwise the policy's first matching rule decides, and without one the IR's default does.
+* otherwise the policy's first matching rule decides, and without one the IR's default does;
+  a rule that folds only with its consumers (``Rule.needs_folded_consumers``) is checked on the
+  finished sweep, and where a consumer does not fold the node is decided again without it.
 
 An allow node whose operand is constant folds (the annotation disappears). The planner never
 mutates anything: it returns a frozen :class:`FoldPlan`.
@@ -33,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Protocol, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from .errors import (
     ConflictingAnnotationsError,
@@ -213,17 +215,65 @@ def plan_folds(
     _check_annotations(graph)
     allowed = _allowed_cone(graph)
     uses = GraphUses(graph)
-    values: Dict[int, _Value] = {}
-    decisions = []
-    for node in graph.nodes:
-        decision, value = _decide(node, graph, policy, values, allowed, failures, uses)
-        values[node.id] = value
-        decisions.append(decision)
+    # Step 1. Sweep forward. A conditional fold (a rule with ``needs_folded_consumers``) can only
+    # be checked once its consumers are decided: each sweep that leaves one with a consumer that
+    # does not fold vetoes the rule there and sweeps again. Vetoes only remove folds, so this
+    # ends; without conditional rules (every policy but the QDQ ones) it is one sweep.
+    vetoed: Dict[int, str] = {}
+    while True:
+        conditional: Set[int] = set()
+        decisions = _sweep(graph, policy, allowed, failures, uses, vetoed, conditional)
+        unmet = {
+            node_id: _unmet_consumer(graph, decisions, uses, node_id)
+            for node_id in sorted(conditional)
+        }
+        unmet = {node_id: why for node_id, why in unmet.items() if why}
+        if not unmet:
+            break
+        vetoed.update(unmet)
+    # Step 2. The plan, logged once (not once per sweep).
+    for node, decision in zip(graph.nodes, decisions):
         logger.debug("%s/%s: %s", node.function, node.label, decision)
     plan = FoldPlan(graph, tuple(decisions), policy.name)
     if logger.isEnabledFor(logging.INFO):  # explain() walks every decision: not for nothing
         logger.info("%s", plan.explain(verbose=False))
     return plan
+
+
+def _sweep(
+    graph: FoldGraph,
+    policy: FoldPolicy,
+    allowed: Set[int],
+    failures: Mapping[int, str],
+    uses: GraphUses,
+    vetoed: Mapping[int, str],
+    conditional: Set[int],
+) -> List[FoldDecision]:
+    """Decide every node in order; record in ``conditional`` the nodes a conditional rule folded."""
+    values: Dict[int, _Value] = {}
+    decisions = []
+    for node in graph.nodes:
+        decision, value = _decide(
+            node, graph, policy, values, allowed, failures, uses, vetoed, conditional
+        )
+        values[node.id] = value
+        decisions.append(decision)
+    return decisions
+
+
+def _unmet_consumer(
+    graph: FoldGraph, decisions: Sequence[FoldDecision], uses: GraphUses, node_id: int
+) -> str:
+    """Why a conditional fold (or lift) of ``node_id`` does not hold ("" when every consumer
+    folds with it, or on the parameter path is lifted with it)."""
+    action = decisions[node_id].action
+    for user in uses.consumers[node_id]:
+        if decisions[user].action is not action:
+            rule = decisions[node_id].rule
+            consumer = graph.nodes[user]
+            what = "does not fold" if action is Action.FOLD else "is not lifted"
+            return f"{rule} did not apply: {consumer.label} = {consumer.op} {what}"
+    return ""
 
 
 def _check_annotations(graph: FoldGraph) -> None:
@@ -267,6 +317,8 @@ def _decide(
     allowed: Set[int],
     failures: Mapping[int, str],
     uses: GraphUses,
+    vetoed: Mapping[int, str],
+    conditional: Set[int],
 ) -> Tuple[FoldDecision, _Value]:
     def keep(
         reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None
@@ -362,7 +414,7 @@ def _decide(
         or (inp.kind is InputKind.NODE and values[inp.source].lifted)
         for inp in node.inputs
     ):
-        return _decide_lift(node, graph, policy, allowed, uses, keep, lift)
+        return _decide_lift(node, graph, policy, allowed, uses, keep, lift, vetoed, conditional)
     if node.id in failures:
         return keep(Reason.EVAL_FAILED, "", failures[node.id])
     if node.annotation is Annotation.ALLOW:
@@ -372,7 +424,16 @@ def _decide(
     if node.id in allowed:
         return fold(ALLOW_RULE, "inside a fold_allow subgraph")
     return _by_policy_or_default(
-        node, graph, policy, uses, keep, fold, node.default_fold, node.default_rule
+        node,
+        graph,
+        policy,
+        uses,
+        keep,
+        fold,
+        node.default_fold,
+        node.default_rule,
+        vetoed,
+        conditional,
     )
 
 
@@ -397,23 +458,36 @@ def _by_policy_or_default(
     act: _Act,
     default_acts: bool,
     default_rule: str,
+    vetoed: Mapping[int, str],
+    conditional: Set[int],
 ) -> Tuple[FoldDecision, _Value]:
     """Rows 8 and 9, on either path: the policy's first rule that answers, else the IR's default.
 
     ``act`` folds (or, on the parameter path, lifts); without a rule that answers, the call is
-    acted on when ``default_acts``, else kept with the stock ``default_rule``'s text.
+    acted on when ``default_acts``, else kept with the stock ``default_rule``'s text. A rule
+    ``vetoed`` here (its consumers did not act with it in an earlier sweep) is skipped, and a
+    conditional rule's act is recorded in ``conditional``.
     """
     if node.lowered and policy.reads_ops:
         raise _lowered_call_error(node, policy)
-    verdict = _checked_verdict(policy, node, policy.decide(CallView(node, graph, uses)))
+    veto = vetoed.get(node.id, "")
+    view = CallView(node, graph, uses)
+    # Asked without the keyword unless needed: a subclass's decide(call) keeps working.
+    answer = policy.decide(view, skip_conditional=True) if veto else policy.decide(view)
+    verdict = _checked_verdict(policy, node, answer)
     if verdict is not None:
         action, rule = verdict
+        detail = f"{rule.description} ({veto})" if veto else rule.description
         if action is Action.FOLD:
-            return act(rule.name, rule.description)
-        return keep(Reason.KEPT_BY_POLICY, rule.name, rule.description)
+            if rule.needs_folded_consumers:
+                conditional.add(node.id)
+            return act(rule.name, detail)
+        return keep(Reason.KEPT_BY_POLICY, rule.name, detail)
     if default_acts:
-        return act(DEFAULT_RULE)
-    return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, default_rule)
+        return act(DEFAULT_RULE, veto)
+    return keep(
+        Reason.KEPT_BY_POLICY, DEFAULT_RULE, f"{default_rule} ({veto})" if veto else default_rule
+    )
 
 
 def _decide_lift(
@@ -424,6 +498,8 @@ def _decide_lift(
     uses: GraphUses,
     keep: _Keep,
     lift: _Act,
+    vetoed: Mapping[int, str],
+    conditional: Set[int],
 ) -> Tuple[FoldDecision, _Value]:
     """The parameter path (module doc): the fold path's precedence, with lift in place of fold.
 
@@ -436,7 +512,9 @@ def _decide_lift(
         return lift(ALLOW_RULE, "operand is computed from weight parameters")
     if node.id in allowed:
         return lift(ALLOW_RULE, "inside a fold_allow subgraph")
-    return _by_policy_or_default(node, graph, policy, uses, keep, lift, True, "")
+    return _by_policy_or_default(
+        node, graph, policy, uses, keep, lift, True, "", vetoed, conditional
+    )
 
 
 def _checked_verdict(

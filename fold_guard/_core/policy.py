@@ -25,14 +25,19 @@ from .uses import GraphUses
 
 __all__ = [
     "BUDGET_RULE",
+    "CAST_OPS",
     "DEFAULT_GROWTH_FACTOR",
     "DEFAULT_MIN_RESULT_BYTES",
     "DEFAULT_POLICY",
     "DEQUANTIZE_OPS",
     "FOLD_QNN_POLICY",
+    "KEEP_LOW_PRECISION_WEIGHTS_POLICY",
     "KEEP_QDQ_WEIGHTS_POLICY",
+    "KEEP_REQUANTIZE_POLICY",
+    "LOW_PRECISION_FLOATS",
     "QDQ_ACCELERATOR_POLICY",
     "QUANTIZE_OPS",
+    "REQUANTIZE_OPS",
     "SIZE_GUARD_POLICY",
     "WEIGHTS_ONLY_POLICY",
     "CallView",
@@ -51,9 +56,14 @@ __all__ = [
     "with_budget",
 ]
 
-#: The quantize and dequantize ops of every IR (from :mod:`fold_guard._core.op_names`).
+#: The quantize, dequantize, requantize and cast ops of every IR (from
+#: :mod:`fold_guard._core.op_names`).
 QUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.quantize)
 DEQUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.dequantize)
+REQUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.requantize)
+CAST_OPS = frozenset(name for table in OP_TABLES for name in table.cast)
+#: Float dtypes a weight may be stored in at half the bytes of float32 (or less).
+LOW_PRECISION_FLOATS = frozenset({"float16", "bfloat16"})
 
 
 def _is_quantized_op(op: str) -> bool:
@@ -155,6 +165,13 @@ class Rule:
     about one rather than let it fall through to the default unnoticed. It is True unless a rule
     says otherwise, because a backend's predicate usually names ops; ``size_guard`` reads only
     sizes.
+
+    ``needs_folded_consumers`` makes a fold rule conditional: it folds a call only where every
+    call that reads the result folds too. A rule cannot know that when the planner asks it (the
+    consumers come later in the graph), so the planner checks it on the finished plan and plans
+    again without the rule for the calls where it failed, which then go to the next rule. A step
+    of a chain (the ``dequantize`` of a ``dequantize -> quantize`` requantize pair) thus folds
+    only as part of the whole chain, never into a float constant that a kept consumer reads.
     """
 
     name: str
@@ -162,6 +179,7 @@ class Rule:
     description: str
     matches: Callable[[CallView], bool]
     reads_ops: bool = True
+    needs_folded_consumers: bool = False
 
     def __post_init__(self) -> None:
         # Checked here, not when the rule first matches: a string action ("fold") would otherwise
@@ -177,6 +195,11 @@ class Rule:
             raise PreconditionError(
                 f"rule {self.name!r}: matches must be a callable taking a CallView and returning "
                 f"a bool, got {type(self.matches).__name__} {self.matches!r}"
+            )
+        if self.needs_folded_consumers and self.action is not Action.FOLD:
+            raise PreconditionError(
+                f"rule {self.name!r}: needs_folded_consumers makes a fold conditional, but the "
+                "rule keeps; hint: drop needs_folded_consumers from a keep rule"
             )
 
     def __str__(self) -> str:
@@ -251,12 +274,18 @@ class FoldPolicy:
         """True when some rule decides from op names (see :attr:`Rule.reads_ops`)."""
         return any(rule.reads_ops for rule in self.rules)
 
-    def decide(self, call: CallView) -> Optional[Tuple[Action, Rule]]:
+    def decide(
+        self, call: CallView, *, skip_conditional: bool = False
+    ) -> Optional[Tuple[Action, Rule]]:
         """The action and the rule that chose it, or None when no rule has an opinion.
 
-        Raises :class:`PolicyRuleError` when a rule's predicate raises or does not return a bool.
+        ``skip_conditional`` passes over the rules with ``needs_folded_consumers`` (the planner
+        asks so for a call whose consumers did not all fold). Raises :class:`PolicyRuleError`
+        when a rule's predicate raises or does not return a bool.
         """
         for rule in self.rules:
+            if skip_conditional and rule.needs_folded_consumers:
+                continue
             if rule.applies_to(call, self.name):
                 return rule.action, rule
         return None
@@ -336,6 +365,54 @@ def _is_dequantize_of_integer(call: CallView) -> bool:
     return dtype.startswith("int") or dtype.startswith("uint")
 
 
+def _reads_only_as_quantize_data(call: CallView) -> bool:
+    """Every call that reads the result is a quantize, reading it as its data (first) operand."""
+    consumers = call.uses.consumers[call.node.id]
+    return bool(consumers) and all(
+        _is_quantize_of(call.graph.nodes[user], call.node.id) for user in consumers
+    )
+
+
+def _is_quantize_of(user: FoldNode, source: int) -> bool:
+    if user.op not in QUANTIZE_OPS or not user.inputs:
+        return False
+    data, *params = user.inputs
+    reads_data = data.kind is InputKind.NODE and data.node == source
+    return reads_data and not any(
+        inp.kind is InputKind.NODE and inp.node == source for inp in params
+    )
+
+
+def _starts_requantize_chain(call: CallView) -> bool:
+    """``dequantize(integer constant)`` read only by quantizes: the first step of a requantize."""
+    return _is_dequantize_of_integer(call) and _reads_only_as_quantize_data(call)
+
+
+def _is_requantize_of_integer(call: CallView) -> bool:
+    """A requantize op (Relay's ``qnn.requantize``) of an integer constant."""
+    if call.op not in REQUANTIZE_OPS or not call.input_dtypes:
+        return False
+    dtype = call.input_dtypes[0] or ""
+    return dtype.startswith("int") or dtype.startswith("uint")
+
+
+def _is_requantize_step(call: CallView) -> bool:
+    """Either form of a requantize of a constant: a dequantize -> quantize pair, or one op."""
+    return _starts_requantize_chain(call) or _is_requantize_of_integer(call)
+
+
+def _is_low_precision_weight_cast(call: CallView) -> bool:
+    """A cast of a float16 / bfloat16 constant to a wider float whose result feeds only weights."""
+    if call.op not in CAST_OPS or len(call.input_dtypes) != 1 or len(call.outputs) != 1:
+        return False
+    source, target = call.input_dtypes[0], call.outputs[0].dtype
+    return (
+        source in LOW_PRECISION_FLOATS
+        and target in ("float32", "float64")
+        and call.feeds_only_weights
+    )
+
+
 def _is_real(value: object) -> bool:
     """An int or float, not a bool (``True`` is an int in Python, but never meant as a size)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
@@ -404,30 +481,89 @@ _FOLD_QUANTIZE_OF_CONSTANT = Rule(
     "quantize of a constant becomes an integer constant",
     lambda call: call.op in QUANTIZE_OPS,
 )
+# A weight that arrives as dequantize(int W) -> quantize(s2) -> dequantize -> op: without these,
+# the first dequantize is kept (its operand is an integer constant) and nothing after it is
+# constant, so the whole chain runs at run time. Folded, the chain is one integer constant at the
+# last scale with only the final dequantize kept: the plain QDQ weight the backend matches.
+_FOLD_REQUANTIZE_CHAIN = Rule(
+    "fold-requantize-chain",
+    Action.FOLD,
+    "dequantize of an integer constant read only by quantizes folds with them into one integer "
+    "constant at the last scale (only where they fold too)",
+    _starts_requantize_chain,
+    needs_folded_consumers=True,
+)
+_FOLD_REQUANTIZE_OF_CONSTANT = Rule(
+    "fold-requantize-of-constant",
+    Action.FOLD,
+    "requantize of an integer constant (a dequantize -> quantize pair in one op) becomes an "
+    "integer constant at its output scale",
+    _is_requantize_of_integer,
+)
+_KEEP_LOW_PRECISION_WEIGHT_CAST = Rule(
+    "keep-low-precision-weight-cast",
+    Action.KEEP,
+    "a cast of a float16 / bfloat16 constant to a wider float that feeds only weights stays, so "
+    "the backend receives the low-precision weight instead of a float32 copy",
+    _is_low_precision_weight_cast,
+)
 
 KEEP_QDQ_WEIGHTS_POLICY = FoldPolicy(
     "keep-qdq-weights",
     "fold quantize(constant) into integer constants, keep dequantize(integer constant) for "
-    "QDQ pattern matching",
-    (_KEEP_DEQUANTIZE_OF_INTEGER, _FOLD_QUANTIZE_OF_CONSTANT),
+    "QDQ pattern matching; a requantize chain folds to one integer constant at its last scale, "
+    "and a float16 / bfloat16 weight keeps its cast",
+    (
+        _FOLD_REQUANTIZE_CHAIN,
+        _KEEP_DEQUANTIZE_OF_INTEGER,
+        _FOLD_QUANTIZE_OF_CONSTANT,
+        _FOLD_REQUANTIZE_OF_CONSTANT,
+        _KEEP_LOW_PRECISION_WEIGHT_CAST,
+    ),
 )
 
 QDQ_ACCELERATOR_POLICY = FoldPolicy(
     "qdq-accelerator",
     "for backends that offload quantized patterns: weights become integer constants, while the "
     "weight and bias dequantize and every other quantized op on constants stay for the pattern "
-    "table (composed before fold-qnn, these rules still win)",
+    "table (composed before fold-qnn, these rules still win); a requantize chain folds to one "
+    "integer constant at its last scale, and a float16 / bfloat16 weight keeps its cast",
     (
+        _FOLD_REQUANTIZE_CHAIN,
         _KEEP_DEQUANTIZE_OF_INTEGER,
+        _FOLD_REQUANTIZE_OF_CONSTANT,
         Rule(
             "keep-quantized-ops",
             Action.KEEP,
-            "a QNN op other than quantize / dequantize (qnn.requantize, qnn.conv2d, qnn.add, ...) "
+            "a QNN op other than quantize / dequantize / requantize (qnn.conv2d, qnn.add, ...) "
             "stays unlowered even on constants",
             _is_quantized_compute_op,
         ),
         _FOLD_QUANTIZE_OF_CONSTANT,
+        _KEEP_LOW_PRECISION_WEIGHT_CAST,
     ),
+)
+
+KEEP_REQUANTIZE_POLICY = FoldPolicy(
+    "keep-requantize",
+    "keep the requantize boundary of a weight (compose it before a QDQ policy: "
+    "['keep-requantize', 'keep-qdq-weights'])",
+    (
+        Rule(
+            "keep-requantize-boundary",
+            Action.KEEP,
+            "a requantize of an integer constant stays (a dequantize read only by quantizes, or "
+            "one requantize op), so the backend sees both scales",
+            _is_requantize_step,
+        ),
+    ),
+)
+
+KEEP_LOW_PRECISION_WEIGHTS_POLICY = FoldPolicy(
+    "keep-low-precision-weights",
+    "keep the cast of a float16 / bfloat16 weight; the rest as the IR's default (compose it with "
+    "weights-only or a backend's policy)",
+    (_KEEP_LOW_PRECISION_WEIGHT_CAST,),
 )
 
 WEIGHTS_ONLY_POLICY = FoldPolicy(
@@ -464,7 +600,9 @@ PolicySpec = Union[str, FoldPolicy, Sequence[Union[str, FoldPolicy]]]
 _BUILTINS = (
     DEFAULT_POLICY,
     FOLD_QNN_POLICY,
+    KEEP_LOW_PRECISION_WEIGHTS_POLICY,
     KEEP_QDQ_WEIGHTS_POLICY,
+    KEEP_REQUANTIZE_POLICY,
     QDQ_ACCELERATOR_POLICY,
     SIZE_GUARD_POLICY,
     WEIGHTS_ONLY_POLICY,

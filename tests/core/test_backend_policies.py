@@ -56,18 +56,40 @@ def test_qdq_accelerator_folds_weights_to_int8_and_keeps_their_dequantize():
 
 def test_qdq_accelerator_keeps_quantized_ops_even_composed_before_fold_qnn():
     g = G()
+    shift = g.call(
+        "qnn.add",
+        g.const("a", "int8", (8,)),
+        g.const("b", "int8", (8,)),
+        label="shift",
+        default_fold=False,
+    )
+    g.call("qnn.add", g.runtime("x", "int8", (8,)), shift, label="y", default_fold=False)
+    graph = g.build()
+    composed = plan_folds(graph, compose(QDQ_ACCELERATOR_POLICY, FOLD_QNN_POLICY))
+    assert summary(composed)["shift"] == "KEPT_BY_POLICY keep-quantized-ops"
+    # keep-qdq-weights has no opinion on qnn.add, so fold-qnn lowers it
+    keep_qdq = compose(fold_guard.get_policy("keep-qdq-weights"), FOLD_QNN_POLICY)
+    assert summary(plan_folds(graph, keep_qdq))["shift"] == "FOLDED fold-qnn-ops"
+
+
+def test_a_requantize_of_a_constant_folds_under_the_qdq_policies_unless_kept():
+    """``qnn.requantize(<int32 const>)`` is a requantize chain in one op (FQ2I makes one of DQ -> Q).
+
+    b_rq = qnn.requantize(b)   [b: int32 constant]
+    y    = qnn.add(x, b_rq)
+    ==>  b_rq folds to an integer constant at its output scale; keep-requantize keeps it
+    """
+    g = G()
     bias = g.call("qnn.requantize", g.const("b", "int32", (8,)), label="b_rq", default_fold=False)
     g.call("qnn.add", g.runtime("x", "int8", (8,)), bias, label="y", default_fold=False)
     graph = g.build()
-    composed = plan_folds(graph, compose(QDQ_ACCELERATOR_POLICY, FOLD_QNN_POLICY))
-    assert summary(composed)["b_rq"] == "KEPT_BY_POLICY keep-quantized-ops"
-    # keep-qdq-weights has no opinion on requantize, so fold-qnn lowers it
-    assert (
-        summary(
-            plan_folds(graph, compose(fold_guard.get_policy("keep-qdq-weights"), FOLD_QNN_POLICY))
-        )["b_rq"]
-        == "FOLDED fold-qnn-ops"
-    )
+    for name in ("keep-qdq-weights", "qdq-accelerator"):
+        policy = compose(fold_guard.get_policy(name), FOLD_QNN_POLICY)
+        assert summary(plan_folds(graph, policy))["b_rq"] == "FOLDED fold-requantize-of-constant"
+        kept = fold_guard.policies.resolve_policy(["keep-requantize", name])
+        assert summary(plan_folds(graph, kept))["b_rq"] == "KEPT_BY_POLICY keep-requantize-boundary"
+    # default: stock Relay keeps every QNN op
+    assert summary(plan_folds(graph, DEFAULT_POLICY))["b_rq"] == "KEPT_BY_POLICY default"
 
 
 def test_qdq_accelerator_folds_relay_qnn_quantize_of_weights():

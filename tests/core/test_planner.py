@@ -518,7 +518,7 @@ def test_policy_keep_propagates_with_the_upstream_rule():
         "s": f"KEPT_WITH_INPUT {KEEP_DQ_RULE}",
         "n": f"KEPT_WITH_INPUT {KEEP_DQ_RULE}",
     }
-    rule = KEEP_QDQ_WEIGHTS_POLICY.rules[0]
+    (rule,) = (rule for rule in KEEP_QDQ_WEIGHTS_POLICY.rules if rule.name == KEEP_DQ_RULE)
     assert decision(plan, "d").detail == rule.description
     root = "d = relax.dequantize"
     assert decision(plan, "s").detail == f"input d was kept ({root})"
@@ -536,7 +536,8 @@ def test_policy_fold_rule_records_its_name():
     g.call("relax.quantize", g.const("w"), label="q", dtype="int8")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
     assert summary(plan) == {"q": f"FOLDED {FOLD_Q_RULE}"}
-    assert decision(plan, "q").detail == KEEP_QDQ_WEIGHTS_POLICY.rules[1].description
+    (rule,) = (rule for rule in KEEP_QDQ_WEIGHTS_POLICY.rules if rule.name == FOLD_Q_RULE)
+    assert decision(plan, "q").detail == rule.description
 
 
 @pytest.mark.parametrize("default_fold", [True, False])

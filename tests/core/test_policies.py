@@ -38,7 +38,9 @@ from fold_guard._core import (
 BUILTIN_NAMES = [
     "default",
     "fold-qnn",
+    "keep-low-precision-weights",
     "keep-qdq-weights",
+    "keep-requantize",
     "qdq-accelerator",
     "size-guard",
     "weights-only",

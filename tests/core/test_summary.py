@@ -13,7 +13,7 @@ from fold_guard._core.policy import KEEP_QDQ_WEIGHTS_POLICY
 from fold_guard._core.report import FoldReport
 from fold_guard._core.summary import SCHEMA_VERSION, format_summary, summarize
 
-KEEP_DQ_RULE = KEEP_QDQ_WEIGHTS_POLICY.rules[0].name
+KEEP_DQ_RULE = "keep-dequantize-of-integer-constant"
 
 
 def _plan():

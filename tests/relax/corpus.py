@@ -764,6 +764,60 @@ def qdq_weight_matmul():
     return _bind(Mod, w=_f32(_rng(45), 16, 32))
 
 
+@_case("folds")
+def requantize_chain_weight():
+    """A weight stored at one scale and requantized to another in the graph (DQ -> Q -> DQ)."""
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((2, 16), "float32"), w: R.Tensor((16, 8), "int8")):
+            with R.dataflow():
+                w1 = R.dequantize(  # folds
+                    w, R.const(0.01, "float32"), R.const(0, "int8"), axis=1, out_dtype="float32"
+                )
+                w2 = R.quantize(  # folds: the int8 weight at the second scale
+                    w1, R.const(0.03, "float32"), R.const(0, "int8"), axis=1, out_dtype="int8"
+                )
+                w3 = R.dequantize(  # folds too
+                    w2, R.const(0.03, "float32"), R.const(0, "int8"), axis=1, out_dtype="float32"
+                )
+                gv = R.matmul(x, w3)  # no fold: runtime activation
+                R.output(gv)
+            return gv
+
+    return _bind(Mod, w=_rng(46).integers(-127, 128, size=(16, 8)).astype("int8"))
+
+
+@_case("folds")
+def half_weight_casts():
+    """float16 and bfloat16 weights cast to float32 in the graph (TFLite's float16 models)."""
+    import ml_dtypes
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(
+            x: R.Tensor((2, 16), "float32"),
+            w: R.Tensor((16, 8), "float16"),
+            b: R.Tensor((8,), "bfloat16"),
+        ):
+            with R.dataflow():
+                wf = R.astype(w, "float32")  # folds
+                bf = R.astype(b, "float32")  # folds
+                y = R.matmul(x, wf)  # no fold: runtime activation
+                gv = R.add(y, bf)  # no fold
+                R.output(gv)
+            return gv
+
+    rng = _rng(47)
+    return _bind(
+        Mod,
+        w=rng.standard_normal((16, 8)).astype("float16"),
+        b=rng.standard_normal(8).astype(np.float32).astype(ml_dtypes.bfloat16),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Mixed runtime/constant, dataflow placement, call_tir
 # ---------------------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def test_a_python_program_runs_only_when_trusted(tmp_path):
 
 def test_tflite_reads_like_the_frontend(tmp_path):
     import tflite
-    from support.tflite_models import make_quantized_tflite_model
+    from _common.tflite_models import make_quantized_tflite_model
     from tvm.relax.frontend.tflite import from_tflite
 
     buffer = make_quantized_tflite_model(0).buffer

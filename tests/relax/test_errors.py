@@ -132,7 +132,8 @@ def test_unknown_policy():
     with pytest.raises(
         fold_guard.UnknownPolicyError,
         match=r"unknown fold policy 'npu'; registered policies: default, fold-qnn, "
-        r"keep-qdq-weights, qdq-accelerator, size-guard, weights-only",
+        r"keep-low-precision-weights, keep-qdq-weights, keep-requantize, qdq-accelerator, "
+        r"size-guard, weights-only",
     ):
         fgr.FoldConstant("npu")
 

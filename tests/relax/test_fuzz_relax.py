@@ -6,8 +6,9 @@ size-1 dims included), built from random steps over a pool of same-shaped values
 
     unary / binary elementwise, matmul by a constant, reshape and permute_dims round trips,
     concat + split (tuples), zeros / ones / full, quantize -> dequantize per tensor and per axis,
-    conv2d (1x1, where the shape is not empty); any result may be wrapped in fold_barrier or
-    fold_allow.
+    a requantize chain (dequantize(int8 constant) -> quantize -> dequantize) added to a value,
+    matmul by a float16 constant cast to float32, conv2d (1x1, where the shape is not empty);
+    any result may be wrapped in fold_barrier or fold_allow.
 
 Invariants on each example: with the annotations left out, ``default`` is structurally equal to
 stock (and, one example in four, to the reference engine's fold); the folded module computes
@@ -56,6 +57,8 @@ POLICIES = (
     "qdq-accelerator",
     "size-guard",
     "weights-only",
+    "keep-low-precision-weights",
+    ("keep-requantize", "keep-qdq-weights"),
 )
 ANNOTATION_OPS = ("relax.fold_barrier", "relax.fold_allow")
 
@@ -79,6 +82,8 @@ KINDS = (
     "qdq",
     "qdq_axis",
     "conv2d",
+    "requantize",
+    "half_matmul",
 )
 
 _STEP = st.tuples(
@@ -179,6 +184,18 @@ def _build(spec: dict, *, annotate: bool) -> _Built:
                             relax.op.dequantize(q, scale, zero, axis=axis, out_dtype="float32"),
                             f"v{k}",
                         )
+                    elif kind == "requantize":
+                        stored = relax.const(rng.integers(-127, 128, (rows, cols)).astype("int8"))
+                        zero = relax.const(np.int8(0))
+                        s1, s2 = relax.const(np.float32(0.01)), relax.const(np.float32(0.03))
+                        w1 = bb.emit(relax.op.dequantize(stored, s1, zero), f"w{k}")
+                        w2 = bb.emit(relax.op.quantize(w1, s2, zero, out_dtype="int8"), f"q{k}")
+                        w3 = bb.emit(relax.op.dequantize(w2, s2, zero), f"d{k}")
+                        value = bb.emit(relax.op.add(a, w3), f"v{k}")
+                    elif kind == "half_matmul":
+                        half = relax.const(rng.standard_normal((cols, cols)).astype("float16"))
+                        weight = bb.emit(relax.op.astype(half, "float32"), f"h{k}")
+                        value = bb.emit(relax.op.matmul(a, weight), f"v{k}")
                     elif rows * cols and kind == "conv2d":
                         image = bb.emit(relax.op.reshape(a, (1, 1, rows, cols)), f"i{k}")
                         conv = bb.emit(relax.op.nn.conv2d(image, const((1, 1, 1, 1))), f"k{k}")
@@ -304,7 +321,7 @@ def test_fuzzed_relax_modules(spec):
 
     # annotate carries the policy: a default fold of the annotated module keeps and folds the
     # same calls as folding under the policy.
-    policy = spec["policy"]
+    policy = list(spec["policy"]) if isinstance(spec["policy"], tuple) else spec["policy"]
     annotated = fgr.annotate(plain, policy=policy).mod
     assert _op_counts(fgr.fold(annotated).mod) == _op_counts(fgr.fold(plain, policy=policy).mod)
 

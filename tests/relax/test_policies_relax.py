@@ -324,7 +324,8 @@ def test_unknown_policy_raises_at_construction(spec):
         fgr.FoldConstant(spec)
     message = str(info.value)
     assert (
-        "default, fold-qnn, keep-qdq-weights, qdq-accelerator, size-guard, weights-only" in message
+        "default, fold-qnn, keep-low-precision-weights, keep-qdq-weights, keep-requantize, "
+        "qdq-accelerator, size-guard, weights-only" in message
     )
     assert repr(spec if isinstance(spec, str) else spec[1]) in message
     assert isinstance(info.value, ValueError)  # PreconditionError is a ValueError

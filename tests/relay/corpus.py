@@ -730,6 +730,37 @@ def qnn_requantize_const() -> relay.Function:
 
 @_case(
     UNCHANGED,
+    {"qnn.dequantize": 2, "qnn.quantize": 1, "nn.dense": 1},
+    fold_qnn=CHANGES,
+    ops_fold_qnn={"nn.dense": 1},
+)
+def qnn_requantize_chain_const() -> relay.Function:
+    """A weight requantized in the graph: dense(x, dequantize(quantize(dequantize(W, s1), s2), s2))."""
+    rng = _rng(36)
+    x = _var("x", (2, 16))
+    s1, zp = _qparams(0.01)
+    s2, _ = _qparams(0.03)
+    # stock default: all three kept (QNN ops); fold_qnn: all fold into an fp32 weight
+    w1 = relay.qnn.op.dequantize(_int(rng, "int8", 8, 16, lo=-127, hi=128), s1, zp)
+    w2 = relay.qnn.op.quantize(w1, s2, zp, out_dtype="int8")
+    w3 = relay.qnn.op.dequantize(w2, s2, zp)
+    return _fn([x], relay.nn.dense(x, w3))  # stock: stays (x)
+
+
+@_case(CHANGES, {"nn.dense": 1, "nn.bias_add": 1})
+def cast_half_weight() -> relay.Function:
+    """TFLite's float16 weights: dense(x, cast(<float16 W>)) with a cast(<float16 b>) bias."""
+    rng = _rng(37)
+    x = _var("x", (2, 16))
+    w = relay.const(rng.standard_normal((8, 16)).astype("float16"))
+    b = relay.const(rng.standard_normal(8).astype("float16"))
+    # stock: both casts fold into float32 constants
+    dense = relay.nn.dense(x, relay.cast(w, "float32"))
+    return _fn([x], relay.nn.bias_add(dense, relay.cast(b, "float32")))
+
+
+@_case(
+    UNCHANGED,
     {"qnn.add": 2},
     fold_qnn=CHANGES,
     ops_fold_qnn={"qnn.add": 1},

@@ -5,8 +5,10 @@ form or let-bound (``ToANormalForm``), built from random steps over a pool of sa
 
     unary / binary elementwise, dense by a constant, conv2d 1x1, reshape and transpose round
     trips, concatenate + split (tuples), zeros / ones / full, qnn.quantize -> qnn.dequantize per
-    tensor and per axis, qnn.dense and qnn.conv2d with qnn.requantize; any result may be wrapped
-    in fold_barrier or fold_allow.
+    tensor and per axis, qnn.dense and qnn.conv2d with qnn.requantize, a requantize chain
+    (qnn.dequantize(int8 constant) -> qnn.quantize -> qnn.dequantize) and a qnn.requantize of an
+    int8 constant added to a value, dense by a float16 constant cast to float32; any result may
+    be wrapped in fold_barrier or fold_allow.
 
 Invariants on each example: unannotated, ``default`` equals ``FoldConstant()`` and ``fold-qnn``
 equals ``FoldConstant(fold_qnn=True)``; the calls downstream of a barrier (and the barriers) are
@@ -53,6 +55,8 @@ POLICIES = (
     "qdq-accelerator",
     "size-guard",
     "weights-only",
+    "keep-low-precision-weights",
+    ("keep-requantize", "qdq-accelerator"),
 )
 ANNOTATIONS = ("fold_barrier", "fold_allow")
 
@@ -71,6 +75,8 @@ KINDS = (
     "qdq_axis",
     "qnn_dense",
     "qnn_conv2d",
+    "requantize",
+    "half_dense",
 )
 
 _STEP = st.tuples(
@@ -166,6 +172,18 @@ def build(spec: dict, *, annotate: bool) -> tvm.IRModule:
             w = relay.qnn.op.quantize(const((1, 1, 1, 1), 0.5), s, z, out_dtype="int8")
             acc = relay.qnn.op.conv2d(q, w, z, z, s, s, kernel_size=(1, 1), channels=1)
             value = relay.reshape(_qnn_tail(acc, 0.05), (rows, cols))
+        elif kind == "requantize":
+            stored = relay.const(rng.integers(-127, 128, (rows, cols)).astype("int8"))
+            s2 = relay.const(np.float32(0.15))
+            if second % 2:  # the chain as three ops, as an ONNX import gives it
+                w1 = relay.qnn.op.dequantize(stored, s, z)
+                w2 = relay.qnn.op.quantize(w1, s2, z, out_dtype="int8")
+            else:  # in one op, as FakeQuantizationToInteger gives it
+                w2 = relay.qnn.op.requantize(stored, s, z, s2, z, out_dtype="int8")
+            value = relay.add(a, relay.qnn.op.dequantize(w2, s2, z))
+        elif kind == "half_dense":
+            half = relay.const(rng.standard_normal((cols, cols)).astype("float16"))
+            value = relay.nn.dense(a, relay.cast(half, "float32"))
         else:
             value = relay.negative(a)
         outputs.append(value)
@@ -311,7 +329,7 @@ def test_fuzzed_relay_modules(spec):
                 np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
     # annotate carries the policy.
-    policy = spec["policy"]
+    policy = list(spec["policy"]) if isinstance(spec["policy"], tuple) else spec["policy"]
     annotated = fgr.annotate(plain, policy=policy).mod
     assert _op_counts(fgr.fold(annotated).mod) == _op_counts(fgr.fold(plain, policy=policy).mod)
 

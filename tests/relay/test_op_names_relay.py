@@ -15,6 +15,8 @@ from fold_guard._core.op_names import RELAY_OP_NAMES
         | RELAY_OP_NAMES.weight
         | RELAY_OP_NAMES.bias_add
         | RELAY_OP_NAMES.add
+        | RELAY_OP_NAMES.cast
+        | RELAY_OP_NAMES.requantize
     ),
 )
 def test_every_name_is_a_registered_relay_op(name: str) -> None:

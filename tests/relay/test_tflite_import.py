@@ -17,9 +17,8 @@ from typing import Dict, List
 import numpy as np
 import pytest
 import tvm
-from _common import onnx_models, relay_byoc
+from _common import onnx_models, relay_byoc, tflite_models
 from relay_ir import op_calls
-from support import tflite_models
 from tvm import relay
 from tvm.contrib import graph_executor
 
