@@ -300,7 +300,12 @@ def _import_tflite(path: str, data: bytes) -> Any:
     def convert() -> Any:
         from tvm.relax.frontend.tflite import from_tflite
 
-        return from_tflite(tflite.Model.GetRootAsModel(data, 0))
+        from ..relax.frontends import TFLiteOperatorConverter
+
+        # fold_guard's converter: TVM 0.27's fails on int8 weights behind a DEQUANTIZE op.
+        return from_tflite(
+            tflite.Model.GetRootAsModel(data, 0), op_converter=TFLiteOperatorConverter
+        )
 
     return _frontend_call(convert, path, "TFLite")
 
@@ -329,7 +334,10 @@ def _import_exported_program(path: str, trust_model: bool) -> Any:
     def convert() -> Any:
         from tvm.relax.frontend.torch import from_exported_program
 
-        return from_exported_program(program)
+        from ..relax.frontends import torch_quantized_convert_map
+
+        # PT2E's quantize / dequantize ops, which TVM 0.27's importer rejects, as Relax Q/DQ.
+        return from_exported_program(program, custom_convert_map=torch_quantized_convert_map())
 
     return _frontend_call(convert, path, "PyTorch")
 

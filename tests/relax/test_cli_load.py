@@ -19,10 +19,12 @@ import tvm
 from _common import onnx_models as om
 from onnx import numpy_helper
 
+import fold_guard.relax as fgr
 from fold_guard.cli._demo import qdq_cnn
 from fold_guard.cli._errors import CliError
 from fold_guard.cli._load import load_model
 from fold_guard.relax._compat import var_name
+from fold_guard.relax.frontends import TFLiteOperatorConverter
 
 
 def _relax_decisions(path: Path):
@@ -109,7 +111,36 @@ def test_tflite_reads_like_the_frontend(tmp_path):
     (tmp_path / "m.tflite").write_bytes(buffer)
     loaded = load_model(str(tmp_path / "m.tflite"))
     assert loaded.format == "tflite"
-    tvm.ir.assert_structural_equal(loaded.mod, from_tflite(tflite.Model.GetRootAsModel(buffer, 0)))
+    model = tflite.Model.GetRootAsModel(buffer, 0)
+    tvm.ir.assert_structural_equal(
+        loaded.mod, from_tflite(model, op_converter=TFLiteOperatorConverter)
+    )
+
+
+def test_tflite_int8_weights_behind_dequantize_import_and_stay_int8(tmp_path):
+    """TVM 0.27's importer fails on this form; the command reads it with fold_guard's converter."""
+    from _common.tflite_weights import make_weight_form_model
+
+    path = tmp_path / "w.tflite"
+    path.write_bytes(make_weight_form_model("int8-dequantize").buffer)
+    loaded = load_model(str(path))
+    plan = fgr.plan(loaded.mod, policy="keep-qdq-weights")
+    kept = [d for d in plan.decisions if d.rule == "keep-dequantize-of-integer-constant"]
+    assert len(kept) >= 3  # conv, depthwise and dense weights
+
+
+@pytest.mark.slow
+def test_a_pt2e_program_reads_with_its_quantized_ops(tmp_path):
+    """PT2E's quantize / dequantize ops, which TVM 0.27 rejects, import as Relax Q/DQ."""
+    import torch
+    from _common.torch_models import quantize_model
+
+    quantized = quantize_model("linear")
+    torch.export.save(quantized.exported, str(tmp_path / "q.pt2"))
+    loaded = load_model(str(tmp_path / "q.pt2"), trust_model=True)
+    plan = fgr.plan(loaded.mod, policy="keep-qdq-weights")
+    kept = [d for d in plan.decisions if d.rule == "keep-dequantize-of-integer-constant"]
+    assert len(kept) >= 2  # both Linear weights stay dequantize(<int8 constant>)
 
 
 @pytest.mark.parametrize("suffix, package", [(".tflite", "tflite"), (".pt2", "torch")])
