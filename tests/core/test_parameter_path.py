@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Dict
 
-from graphdsl import LIFT_STOP_OP, G, apply_placements, summary
+from graphdsl import LIFT_STOP_OP, G, Ref, apply_placements, decision, summary
 from hypothesis import HealthCheck, given, settings
 from test_properties import Case, cases
 
@@ -273,12 +273,12 @@ def test_soundness_nothing_run_time_is_lifted_and_no_weight_is_folded(case):
         if node.annotation is Annotation.BARRIER or any(s in after_barrier for s in sources):
             after_barrier.add(node.id)
     reads_weight = plan.graph.reachable_from_constants(through_barriers=True, with_parameters=True)
-    for node, decision in zip(graph.nodes, plan.decisions):
-        if decision.action is Action.KEEP:
+    for node, chosen in zip(graph.nodes, plan.decisions):
+        if chosen.action is Action.KEEP:
             continue
-        assert node.id not in after_barrier, decision
+        assert node.id not in after_barrier, chosen
         assert node.id in reads_weight, decision  # nothing computed from a run-time input
-        if decision.action is Action.FOLD:
+        if chosen.action is Action.FOLD:
             assert node.id in plan.graph.reachable_from_constants(through_barriers=False)
 
 
@@ -306,3 +306,40 @@ def test_placed_annotations_make_the_default_lift_and_fold_as_the_policy(case):
             assert not default_plan.lifts(node.inputs[0].source), default_plan.explain()
         if node.annotation is Annotation.BARRIER:
             assert node.inputs[0].kind is not InputKind.PARAMETER, default_plan.explain()
+
+
+# Conditional rules on the parameter path -----------------------------------------------------
+
+
+def _requantize_chain_on_a_weight(g: G, s2: Ref) -> None:
+    s1 = g.const("s1", "float32", ())
+    dq1 = g.call("relax.dequantize", g.param("W", *I8), s1, label="dq1", dtype="float32")
+    q = g.call("relax.quantize", dq1, s2, label="q", dtype="int8")
+    dq2 = g.call("relax.dequantize", q, s2, label="dq2", dtype="float32")
+    g.call("relax.nn.conv2d", g.runtime("x", *F32), dq2, label="y")
+
+
+def test_a_requantize_chain_on_a_weight_parameter_is_lifted_to_one_int8_weight():
+    """dq1 and q are lifted together (one int8 weight at the last scale); dq2 stays in main."""
+    g = G()
+    _requantize_chain_on_a_weight(g, g.const("s2", "float32", ()))
+    graph = g.build()
+    plan = plan_folds(graph, KEEP_QDQ_WEIGHTS_POLICY)
+    assert summary(plan) == {
+        "dq1": "LIFTED fold-requantize-chain",
+        "q": "LIFTED fold-quantize-of-constant",
+        "dq2": "KEPT_BY_POLICY keep-dequantize-of-integer-constant",
+        "y": "NOT_CONSTANT",
+    }
+    placed = placements(plan, plan_folds(graph, DEFAULT_POLICY))
+    assert [(p.label, p.stops_lift) for p in placed] == [("dq2", True)]
+
+
+def test_a_chain_whose_quantize_is_not_lifted_keeps_its_first_dequantize():
+    """The chain rule lifts dq1 only with its quantize: a run-time scale vetoes it."""
+    g = G()
+    _requantize_chain_on_a_weight(g, g.runtime("s2", "float32", ()))
+    plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
+    assert decision(plan, "dq1").action is Action.KEEP
+    assert decision(plan, "dq1").rule == "keep-dequantize-of-integer-constant"
+    assert "q = relax.quantize is not lifted" in decision(plan, "dq1").detail
