@@ -482,3 +482,38 @@ def test_release_before_partitioning_drops_the_stop_with_the_barrier():
             if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.dequantize"
         )
         assert str(dequantize.args[0].ty.dtype) == "int8"
+
+
+@pytest.mark.slow
+def test_requantize_chains_on_weight_parameters_lift_to_the_folded_int8_weights():
+    """ONNX ``DQ(int8 W) -> Q(s2) -> DQ`` with W a parameter: the transform computes the int8
+    weight at s2 that fold gives on constants, and main keeps only the last dequantize."""
+    from _common.onnx_chains import make_requantize_chain_model
+
+    model = make_requantize_chain_model(0)
+    mod, weights = _import_with_parameters(model)
+    annotated = fgr.annotate(mod, policy=KEEP)
+    lifted = relax.transform.LiftTransformParams()(annotated.mod)
+    operands = _dequantize_operands(lifted["main"])
+    assert len(operands) == len(annotated.barriers)
+    folded = fgr.fold(onnx_models.import_relax(model), policy=KEEP).mod
+    folded_ints = sorted(
+        (
+            b.value.args[0].value.numpy()
+            for block in folded["main"].body.blocks
+            for b in block.bindings
+            if isinstance(b.value, relax.Call)
+            and getattr(b.value.op, "name", "") == "relax.dequantize"
+            and isinstance(b.value.args[0], tvm.ir.GenericConst)
+        ),
+        key=lambda a: a.shape,
+    )
+    inputs = [np.asarray(v) for v in onnx_models.input_feed(model).values()]
+    out, transformed = _run_lifted(lifted, inputs, weights)
+    by_name = dict(zip([p.name for p in lifted["main"].params][len(inputs) :], transformed))
+    lifted_ints = sorted((by_name[op.name] for op in operands), key=lambda a: a.shape)
+    assert [a.shape for a in lifted_ints] == [a.shape for a in folded_ints]
+    for got, want in zip(lifted_ints, folded_ints):
+        np.testing.assert_array_equal(got, want)
+    reference, _ = _run_lifted(relax.transform.LiftTransformParams()(mod), inputs, weights)
+    np.testing.assert_array_equal(out, reference)
