@@ -127,11 +127,12 @@ class Walk:
         value) and the output of a call fold_guard cannot evaluate at all does not.
         """
         opaque = {site.node_id for site in self.sites if site.kind is SiteKind.OTHER}
+        barriers = self._barriers()
         nodes = [
             (
                 tuple(
                     dataclasses.replace(inp, kind=InputKind.CONSTANT)
-                    if index in site.zero_size_leaves
+                    if index in site.zero_size_leaves and not _reads_barrier(inp, barriers)
                     else inp
                     for index, inp in enumerate(facts.inputs)
                 ),
@@ -144,13 +145,30 @@ class Walk:
             node_id for node_id in reachable if self.sites[node_id].kind is not SiteKind.OTHER
         )
 
+    def _barriers(self) -> FrozenSet[int]:
+        return frozenset(
+            site.node_id
+            for site, facts in zip(self.sites, self.facts)
+            if facts.annotation is Annotation.BARRIER
+        )
+
     def translate(self, legalized: PlanningFacts) -> Translation:
         """Build every FoldNode, once, from the walk's facts and what legalization found."""
-        nodes = tuple(_node(site, facts, legalized) for site, facts in zip(self.sites, self.facts))
+        barriers = self._barriers()
+        nodes = tuple(
+            _node(site, facts, legalized, barriers) for site, facts in zip(self.sites, self.facts)
+        )
         return Translation(nodes, tuple(self.sites), dict(self.functions), frozenset(self.escaping))
 
 
-def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
+def _reads_barrier(inp: NodeInput, barriers: FrozenSet[int]) -> bool:
+    """A barrier's output is never constant, not even a zero-size one (its one value)."""
+    return inp.kind is InputKind.NODE and inp.node in barriers
+
+
+def _node(
+    site: CallSite, facts: _Facts, legalized: PlanningFacts, barriers: FrozenSet[int]
+) -> FoldNode:
     """One FoldNode: the walk's facts, plus no kernel at all, or a kernel the stock pass would not use."""
     node_id = site.node_id
     unfoldable, detail = facts.unfoldable, facts.unfoldable_detail
@@ -160,7 +178,9 @@ def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
     unread = legalized.unread_zero_size.get(node_id, ())
     if unread:
         inputs = tuple(
-            dataclasses.replace(inp, kind=InputKind.CONSTANT) if i in unread else inp
+            dataclasses.replace(inp, kind=InputKind.CONSTANT)
+            if i in unread and not _reads_barrier(inp, barriers)
+            else inp
             for i, inp in enumerate(inputs)
         )
     default_fold, default_rule = facts.default_fold, facts.default_rule

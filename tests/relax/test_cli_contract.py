@@ -127,7 +127,7 @@ def _bad_inputs(tmp: Path, cnn: str) -> List[Tuple[str, List[str], str]]:
         (
             "unknown policy",
             ["inspect", cnn, "-p", "keep-qdq-weight"],
-            "--policy keep-qdq-weight: unknown policy (did you mean 'keep-qdq-weights'?)",
+            "--policy keep-qdq-weight: unknown policy (did you mean 'keep-qdq-weights'",
         ),
         ("plugin module", ["inspect", cnn, "--plugin", "no_such_plugin"], "no module named"),
         (
