@@ -15,8 +15,8 @@ implicitly (Relay exists only in older TVM builds); import it by name::
     import fold_guard.relay   # Relay (TVM 0.9 to 0.19 builds, e.g. hhb-tvm 3.2.3)
 
 >>> import fold_guard
->>> [policy.name for policy in fold_guard.list_policies()][:3]
-['default', 'fold-qnn', 'keep-qdq-weights']
+>>> [policy.name for policy in fold_guard.list_policies()][:2]
+['default', 'fold-qnn']
 """
 
 from ._core import (
