@@ -24,10 +24,10 @@
 #   The markers are declared in pyproject.toml (--strict-markers); `-m slow`, `-m stock` or any
 #   other -m among the pytest arguments replaces the lane's selection.
 #
-#   No suite name: both; in the full lane one after the other (the second runs even if the
-#   first's tests fail; a broken setup still stops at once), in the fast lane side by side, one
-#   pytest process each, output printed per suite when it is done. The exit status is non-zero
-#   if either failed or the lint step did.
+#   No suite name: both, in either lane side by side (one pytest process each; the Relax suite's
+#   output as it goes, the Relay suite's when it is done); both run to the end even if the
+#   other's tests fail, a broken setup still stops at once. The exit status is non-zero if
+#   either failed or the lint step did.
 #   Pytest arguments (-x, -k NAME, ...) go to every suite run.
 #   PYTHON311 / PYTHON310 choose the interpreters.
 set -euo pipefail
@@ -179,36 +179,35 @@ record() {  # suite, pytest exit status
     fi
 }
 
-if [ "$LANE" = fast ] && [ "${#SUITES[@]}" -gt 1 ]; then
-    # Fast lane, both suites: set both up, then run them side by side (one pytest process each,
-    # on a machine with two cores or more) and print each one's output when it is done.
-    declare -A PID=()
+if [ "${#SUITES[@]}" -gt 1 ]; then
+    # Both suites: set both up (and lint), then run them side by side, one pytest process each
+    # (a machine with two cores or more): the Relay suite in the background, its output printed
+    # when it is done; the Relax suite in the foreground, so progress shows as it goes.
     for suite in "${SUITES[@]}"; do
         header "setup: ${TITLE[$suite]}"
         "setup_$suite"
     done
-    for suite in "${SUITES[@]}"; do
-        "run_$suite" "$@" >"$RESULTS/$suite.log" 2>&1 &
-        PID[$suite]=$!
-    done
-    for i in "${!SUITES[@]}"; do
-        suite="${SUITES[$i]}"
-        if wait "${PID[$suite]}"; then code=0; else code=$?; fi
-        header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
-        cat "$RESULTS/$suite.log"
-        record "$suite" "$code"
-    done
+    if [ "$LANE" = full ]; then
+        run_lint || status=1
+    fi
+    run_relay "$@" >"$RESULTS/relay.log" 2>&1 &
+    relay_pid=$!
+    header "suite 1/2: ${TITLE[relax]}"
+    if run_relax "$@"; then code=0; else code=$?; fi
+    record relax "$code"
+    if wait "$relay_pid"; then code=0; else code=$?; fi
+    header "suite 2/2: ${TITLE[relay]} (ran beside suite 1)"
+    cat "$RESULTS/relay.log"
+    record relay "$code"
 else
-    for i in "${!SUITES[@]}"; do
-        suite="${SUITES[$i]}"
-        header "suite $((i + 1))/${#SUITES[@]}: ${TITLE[$suite]}"
-        "setup_$suite"
-        if [ "$LANE" = full ] && [ "$suite" = relax ]; then
-            run_lint || status=1
-        fi
-        if "run_$suite" "$@"; then code=0; else code=$?; fi
-        record "$suite" "$code"
-    done
+    suite="${SUITES[0]}"
+    header "suite: ${TITLE[$suite]}"
+    "setup_$suite"
+    if [ "$LANE" = full ] && [ "$suite" = relax ]; then
+        run_lint || status=1
+    fi
+    if "run_$suite" "$@"; then code=0; else code=$?; fi
+    record "$suite" "$code"
 fi
 
 header "summary ($LANE lane)"
