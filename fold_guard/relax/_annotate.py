@@ -44,9 +44,9 @@ def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> An
 
     ``fold_guard.relax.FoldConstant()`` with the default policy on the result then folds exactly
     what ``FoldConstant(policy)`` folds on ``mod`` (plus the annotations it keeps). ``mod`` is not
-    changed. A backend pattern table that matches the weight constant sees
-    ``R.dequantize(R.fold_barrier(<constant>), ...)`` and should accept the barrier there too
-    (``is_const() | is_op("relax.fold_barrier")(is_const())``).
+    changed. A backend's pattern table sees ``R.dequantize(R.fold_barrier(<constant>), ...)``:
+    run its partitioner through :func:`partition` (after the last fold), which releases the
+    barriers so unmodified tables match the constant and bind it into their composites.
 
     Examples
     --------
