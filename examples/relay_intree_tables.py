@@ -1,13 +1,14 @@
-"""TVM's own Relay pattern tables on a quantized MobileNetV2: what each fold flow lets them offload.
+"""TVM's own Relay pattern tables on quantized real models: what each fold flow lets them offload.
 
-The MobileNetV2 shapes of ``bench/real_models.py``, quantized by onnxruntime to QDQ form with int8
-activations and per-tensor int8 weights (what CMSIS-NN and Arm Compute Library take), weights
-stored in fp32 (``QuantizeLinear(<fp32>) -> DequantizeLinear``), imported with Relay's
-``from_onnx``, then ``FakeQuantizationToInteger`` and Arm Compute Library's own
-``preprocess_module`` (``ConvertLayout`` to NHWC / OHWI, then stock ``FoldConstant``). That
+The MobileNetV2 (default), ResNet-50 or BERT-tiny shapes of ``bench/real_models.py``, quantized
+by onnxruntime to QDQ form with int8 activations and per-tensor int8 weights (what CMSIS-NN and
+Arm Compute Library take), weights stored in fp32 (``QuantizeLinear(<fp32>) -> DequantizeLinear``),
+imported with Relay's ``from_onnx``, then ``FakeQuantizationToInteger`` and Arm Compute Library's
+own ``preprocess_module`` (``ConvertLayout`` to NHWC / OHWI, then stock ``FoldConstant``). That
 layout conversion leaves each bias as ``add(qnn.conv2d(...), <int32 (1, 1, 1, C)>)``, which
 neither table matches (both want ``nn.bias_add``): :func:`bias_add_from_add` writes it back as
-``nn.bias_add(..., axis=3)``, the same for every flow.
+``nn.bias_add(..., axis=3)``, the same for every flow; Relay's ONNX importer gives a Gemm's bias
+the same ``add`` after ``qnn.dense``, written back as ``nn.bias_add(..., axis=1)``.
 
 Every weight is then ``qnn.quantize(<fp32 const>)`` (after the layout conversion,
 ``layout_transform(qnn.quantize(...))``) under a ``qnn.conv2d`` / ``qnn.dense``, and both tables
@@ -33,8 +34,8 @@ A cell is ``offloaded/int8``: quantized convs + denses inside the backend's func
 how many take their weight as an int8 constant; ``of`` is how many the module has.
 
 Needs the Relay environment (Python 3.10, hhb-tvm). Run from the repository root:
-``.venv310/bin/python examples/relay_intree_tables.py [--scale N]`` (``--scale 8`` divides every
-width by 8 for a quick run; the full model takes several minutes on 2 cores).
+``.venv310/bin/python examples/relay_intree_tables.py [--model NAME] [--scale N]`` (``--scale 8``
+divides every width by 8 for a quick run; a full model takes minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -97,21 +98,48 @@ class _BiasAddFromAdd(DFPatternCallback):
         return relay.nn.bias_add(conv, flat, axis=3)
 
 
+class _DenseBiasAddFromAdd(DFPatternCallback):
+    """``add(qnn.dense(...), <const (C,) or (1, C)>)`` as ``nn.bias_add(qnn.dense(...), <C>)``."""
+
+    def __init__(self) -> None:
+        super().__init__(require_type=True)
+        self.dense = is_op("qnn.dense")(*[wildcard() for _ in range(6)])
+        self.bias = is_constant()
+        self.pattern = is_op("add")(self.dense, self.bias)
+
+    def callback(self, pre, post, node_map):
+        bias = node_map[self.bias][0]
+        units = int(pre.checked_type.shape[-1])
+        shape = tuple(int(d) for d in bias.data.shape)
+        if shape not in ((units,), (1, units)) or len(pre.checked_type.shape) != 2:
+            return post
+        flat = relay.const(bias.data.numpy().reshape(units))
+        return relay.nn.bias_add(node_map[self.dense][0], flat, axis=1)
+
+
 def bias_add_from_add(mod: tvm.IRModule) -> tvm.IRModule:
-    """Every NHWC conv bias written as ``nn.bias_add`` again (see the module docstring)."""
+    """Every NHWC conv bias and 2-D dense bias written as ``nn.bias_add`` (module docstring)."""
     mod = relay.transform.InferType()(mod)
     functions = {gvar: func for gvar, func in mod.functions.items()}
     main = mod.get_global_var("main")
-    functions[main] = rewrite(_BiasAddFromAdd(), mod["main"])
+    functions[main] = rewrite(_DenseBiasAddFromAdd(), rewrite(_BiasAddFromAdd(), mod["main"]))
     return relay.transform.InferType()(tvm.IRModule(functions, mod.type_definitions))
 
 
-def load_model(scale: int = 1) -> tvm.IRModule:
-    """MobileNetV2, s8 per-tensor, after FQ2I, ACL's layout conversion and :func:`bias_add_from_add`."""
-    model = real_models.build_quantized(
-        "mobilenet_v2", "float_weights", activation_type="int8", per_channel=False, scale=scale
+#: --model choices: name in bench/real_models.py -> the name printed
+MODELS: Dict[str, str] = {
+    "mobilenet_v2": "MobileNetV2",
+    "resnet50": "ResNet-50",
+    "bert_tiny": "BERT-tiny",
+}
+
+
+def load_model(scale: int = 1, model: str = "mobilenet_v2") -> tvm.IRModule:
+    """``model``, s8 per-tensor, after FQ2I, ACL's layout conversion and :func:`bias_add_from_add`."""
+    quantized = real_models.build_quantized(
+        model, "float_weights", activation_type="int8", per_channel=False, scale=scale
     )
-    mod = relay.transform.FakeQuantizationToInteger()(onnx_models.import_relay(model))
+    mod = relay.transform.FakeQuantizationToInteger()(onnx_models.import_relay(quantized))
     with tvm.transform.PassContext(opt_level=3):
         mod = arm_compute_lib.preprocess_module(relay.transform.InferType()(mod))
     return bias_add_from_add(mod)
@@ -172,10 +200,13 @@ def run_flows(flows: Flows, partitioner: Partitioner, compiler: str) -> Dict[str
 
 def main(argv: Sequence[str] = ()) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="mobilenet_v2")
     parser.add_argument("--scale", type=int, default=1, help="divide every width by this")
     args = parser.parse_args(list(argv))
-    flows = Flows(load_model(args.scale))
-    print(f"MobileNetV2 (width / {args.scale}), s8 per-tensor, FQ2I, NHWC; policy {POLICY!r}")
+    flows = Flows(load_model(args.scale, args.model))
+    print(
+        f"{MODELS[args.model]} (width / {args.scale}), s8 per-tensor, FQ2I, NHWC; policy {POLICY!r}"
+    )
     print(f"{'table':16s} {'of':>3s} {'stock':>7s} {'fold':>7s} {'annotate':>9s}")
     for name, (partitioner, compiler) in TABLES.items():
         row = run_flows(flows, partitioner, compiler)

@@ -201,3 +201,50 @@ def test_bias_add_from_add_restores_the_bias_add_both_tables_match():
     rewritten = relay.qnn.op.requantize(as_add, *body.args[1:], out_dtype="int8")
     before = relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], rewritten)))
     tvm.ir.assert_structural_equal(relay_intree_tables.bias_add_from_add(before), expected)
+
+
+def _qnn_dense_plus(bias: np.ndarray, *, as_bias_add: bool = False) -> tvm.IRModule:
+    """requantize(add(qnn.dense(x, <int8 (4, 4)>), <bias>)), or with ``nn.bias_add(axis=1)``."""
+    x = relay.var("x", shape=(2, 4), dtype="int8")
+    dense = relay.qnn.op.dense(
+        x,
+        relay.const(W_INT8),
+        relay.const(0),
+        relay.const(0),
+        relay.const(0.5),
+        relay.const(0.25),
+        units=4,
+        out_dtype="int32",
+    )
+    if as_bias_add:
+        biased = relay.nn.bias_add(dense, relay.const(bias), axis=1)
+    else:
+        biased = relay.add(dense, relay.const(bias))
+    out = relay.qnn.op.requantize(
+        biased,
+        relay.const(0.125),
+        relay.const(0),
+        relay.const(0.5),
+        relay.const(0),
+        out_dtype="int8",
+    )
+    return relay.transform.InferType()(tvm.IRModule.from_expr(relay.Function([x], out)))
+
+
+@pytest.mark.parametrize("bias_shape", [(4,), (1, 4)])
+def test_bias_add_from_add_restores_a_dense_bias(bias_shape):
+    """add(qnn.dense(...), <int32 (4,) or (1, 4)>)  ==>  nn.bias_add(qnn.dense(...), <int32 (4)>, axis=1)"""
+    import relay_intree_tables
+
+    bias = np.arange(4, dtype="int32")
+    before = _qnn_dense_plus(bias.reshape(bias_shape))
+    expected = _qnn_dense_plus(bias, as_bias_add=True)
+    tvm.ir.assert_structural_equal(relay_intree_tables.bias_add_from_add(before), expected)
+
+
+def test_bias_add_from_add_leaves_an_addend_that_is_not_a_bias():
+    """A (2, 4) addend differs per row: it is not a bias, and the add stays."""
+    import relay_intree_tables
+
+    before = _qnn_dense_plus(np.arange(8, dtype="int32").reshape(2, 4))
+    tvm.ir.assert_structural_equal(relay_intree_tables.bias_add_from_add(before), before)
