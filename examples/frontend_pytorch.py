@@ -16,6 +16,7 @@ Run: python examples/frontend_pytorch.py
 from __future__ import annotations
 
 import warnings
+from typing import Optional
 
 import numpy as np
 import tvm
@@ -27,27 +28,9 @@ import fold_guard.relax as fgr
 from fold_guard.relax.frontends import torch_quantized_convert_map
 
 
-def int8_weight_dequantizes(mod: tvm.IRModule) -> int:
-    """``dequantize`` calls on an int8 constant: the QDQ weights a backend matches."""
-    count = 0
-
-    def visit(expr: relax.Expr) -> None:
-        nonlocal count
-        if (
-            isinstance(expr, relax.Call)
-            and isinstance(expr.op, tvm.ir.Op)
-            and expr.op.name == "relax.dequantize"
-            and isinstance(expr.args[0], tvm.ir.GenericConst)
-            and str(expr.args[0].ty.dtype) == "int8"
-        ):
-            count += 1
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return count
-
-
-def constant_calls(mod: tvm.IRModule, op_name: str) -> int:
-    """Calls of ``op_name`` whose first argument is a constant (left to fold)."""
+def constant_calls(mod: tvm.IRModule, op_name: str, dtype: Optional[str] = None) -> int:
+    """Calls of ``op_name`` on a constant (of ``dtype``, if given): ``relax.quantize`` left to
+    fold, or ``relax.dequantize`` of ``int8``, the QDQ weights a backend matches."""
     count = 0
 
     def visit(expr: relax.Expr) -> None:
@@ -57,6 +40,7 @@ def constant_calls(mod: tvm.IRModule, op_name: str) -> int:
             and isinstance(expr.op, tvm.ir.Op)
             and expr.op.name == op_name
             and isinstance(expr.args[0], tvm.ir.GenericConst)
+            and dtype in (None, str(expr.args[0].ty.dtype))
         ):
             count += 1
 
@@ -96,7 +80,7 @@ def main() -> None:
             error = float(np.abs(outputs[module_name] - reference).max())
             print(
                 f"{label:10s} {module_name:30s} {constant_calls(module, 'relax.quantize'):>15d} "
-                f"{int8_weight_dequantizes(module):>15d} {error:>18.6f}"
+                f"{constant_calls(module, 'relax.dequantize', 'int8'):>15d} {error:>18.6f}"
             )
         same = outputs["fold_guard keep-qdq-weights"].tobytes() == outputs["imported"].tobytes()
         print(
