@@ -291,6 +291,18 @@ def _dequantize_operands(func: relax.Function) -> List[relax.Expr]:
     return operands
 
 
+def _constant_dequantize_operands(mod: tvm.IRModule) -> List[np.ndarray]:
+    """The constant data operand of every dequantize in ``main``: the weights ``fold`` kept."""
+    return [
+        b.value.args[0].value.numpy()
+        for block in mod["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call)
+        and getattr(b.value.op, "name", "") == "relax.dequantize"
+        and isinstance(b.value.args[0], tvm.ir.GenericConst)
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("form", ["int8", "float_weights"])
 @pytest.mark.parametrize("name", sorted(onnx_models.MODEL_BUILDERS))
@@ -317,14 +329,7 @@ def test_qdq_models_with_weights_as_parameters(name, form):
 
     # The lifted int8 weights are the constants fold gives on the same model with constant weights.
     folded = fgr.fold(onnx_models.import_relax(model), policy=KEEP).mod
-    folded_operands = [
-        b.value.args[0].value.numpy()
-        for block in folded["main"].body.blocks
-        for b in block.bindings
-        if isinstance(b.value, relax.Call)
-        and getattr(b.value.op, "name", "") == "relax.dequantize"
-        and isinstance(b.value.args[0], tvm.ir.GenericConst)
-    ]
+    folded_operands = _constant_dequantize_operands(folded)
     inputs = [np.asarray(v) for v in onnx_models.input_feed(model).values()]
     out, transformed = _run_lifted(lifted, inputs, weights)
     by_name = dict(zip([p.name for p in lifted["main"].params][len(inputs) :], transformed))
@@ -497,17 +502,7 @@ def test_requantize_chains_on_weight_parameters_lift_to_the_folded_int8_weights(
     operands = _dequantize_operands(lifted["main"])
     assert len(operands) == len(annotated.barriers)
     folded = fgr.fold(onnx_models.import_relax(model), policy=KEEP).mod
-    folded_ints = sorted(
-        (
-            b.value.args[0].value.numpy()
-            for block in folded["main"].body.blocks
-            for b in block.bindings
-            if isinstance(b.value, relax.Call)
-            and getattr(b.value.op, "name", "") == "relax.dequantize"
-            and isinstance(b.value.args[0], tvm.ir.GenericConst)
-        ),
-        key=lambda a: a.shape,
-    )
+    folded_ints = sorted(_constant_dequantize_operands(folded), key=lambda a: a.shape)
     inputs = [np.asarray(v) for v in onnx_models.input_feed(model).values()]
     out, transformed = _run_lifted(lifted, inputs, weights)
     by_name = dict(zip([p.name for p in lifted["main"].params][len(inputs) :], transformed))
