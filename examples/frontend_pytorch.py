@@ -16,36 +16,16 @@ Run: python examples/frontend_pytorch.py
 from __future__ import annotations
 
 import warnings
-from typing import Optional
 
 import numpy as np
 import tvm
 from _common import torch_models
+from _common.relax_calls import calls_of
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
 import fold_guard.relax as fgr
 from fold_guard.relax.frontends import torch_quantized_convert_map
-
-
-def constant_calls(mod: tvm.IRModule, op_name: str, dtype: Optional[str] = None) -> int:
-    """Calls of ``op_name`` on a constant (of ``dtype``, if given): ``relax.quantize`` left to
-    fold, or ``relax.dequantize`` of ``int8``, the QDQ weights a backend matches."""
-    count = 0
-
-    def visit(expr: relax.Expr) -> None:
-        nonlocal count
-        if (
-            isinstance(expr, relax.Call)
-            and isinstance(expr.op, tvm.ir.Op)
-            and expr.op.name == op_name
-            and isinstance(expr.args[0], tvm.ir.GenericConst)
-            and dtype in (None, str(expr.args[0].ty.dtype))
-        ):
-            count += 1
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return count
 
 
 def run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
@@ -78,9 +58,11 @@ def main() -> None:
         for module_name, module in rows:
             outputs[module_name] = run(module, model.example)
             error = float(np.abs(outputs[module_name] - reference).max())
+            quantizes = calls_of(module, "relax.quantize", on_constant=True)
+            weights = calls_of(module, "relax.dequantize", dtype="int8")
             print(
-                f"{label:10s} {module_name:30s} {constant_calls(module, 'relax.quantize'):>15d} "
-                f"{constant_calls(module, 'relax.dequantize', 'int8'):>15d} {error:>18.6f}"
+                f"{label:10s} {module_name:30s} {len(quantizes):>15d} "
+                f"{len(weights):>15d} {error:>18.6f}"
             )
         same = outputs["fold_guard keep-qdq-weights"].tobytes() == outputs["imported"].tobytes()
         print(

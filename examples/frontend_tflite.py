@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from _common import tflite_models, tflite_weights
+from _common.relax_calls import calls_of
 from tvm import relax
 
 import fold_guard.relax as fgr
@@ -23,20 +24,10 @@ from fold_guard.relax.frontends import TFLiteOperatorConverter
 
 def weight_forms(mod: tvm.IRModule) -> str:
     """How the weights reach the graph: ``dequantize(<int8>)`` and ``astype(<float16>)`` counts."""
-    counts = {"int8 DQ": 0, "float16 cast": 0}
-
-    def visit(expr: relax.Expr) -> None:
-        if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)):
-            return
-        if not (expr.args and isinstance(expr.args[0], tvm.ir.GenericConst)):
-            return
-        dtype = str(expr.args[0].ty.dtype)
-        if expr.op.name == "relax.dequantize" and dtype == "int8":
-            counts["int8 DQ"] += 1
-        elif expr.op.name == "relax.astype" and dtype == "float16":
-            counts["float16 cast"] += 1
-
-    relax.analysis.post_order_visit(mod["main"], visit)
+    counts = {
+        "int8 DQ": len(calls_of(mod, "relax.dequantize", dtype="int8")),
+        "float16 cast": len(calls_of(mod, "relax.astype", dtype="float16")),
+    }
     return ", ".join(f"{n} {name}" for name, n in counts.items() if n) or "-"
 
 

@@ -20,31 +20,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import tvm
 from _common import onnx_models
+from _common.relax_calls import calls_of
 from tvm import relax
 
 import fold_guard.relax as fgr
-
-
-def count_constant_calls(mod: tvm.IRModule, op_name: str) -> int:
-    """Calls of ``op_name`` whose first argument is a constant, in every Relax function."""
-    count = 0
-
-    def visit(expr: relax.Expr) -> None:
-        nonlocal count
-        if (
-            isinstance(expr, relax.Call)
-            and isinstance(expr.op, tvm.ir.Op)
-            and expr.op.name == op_name
-            and isinstance(expr.args[0], tvm.ir.GenericConst)
-        ):
-            count += 1
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return count
 
 
 def main() -> None:
@@ -74,10 +54,9 @@ def main() -> None:
         output = onnx_models.run_relax(module, list(inputs.values()))[0]
         error = float(np.max(np.abs(output - reference)))
         status = "ok" if error <= atol else f"ABOVE tolerance {atol:.4g}"
-        print(
-            f"{name:30s} {count_constant_calls(module, 'relax.quantize'):>16d} "
-            f"{count_constant_calls(module, 'relax.dequantize'):>18d} {error:>17.6f} ({status})"
-        )
+        quantizes = calls_of(module, "relax.quantize", on_constant=True)
+        dequantizes = calls_of(module, "relax.dequantize", on_constant=True)
+        print(f"{name:30s} {len(quantizes):>16d} {len(dequantizes):>18d} {error:>17.6f} ({status})")
     print()
     print(
         f"stock FoldConstant took {stock_seconds * 1000:.0f} ms; "

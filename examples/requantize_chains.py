@@ -13,33 +13,11 @@ Run: python examples/requantize_chains.py
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from _common import onnx_chains, onnx_models
+from _common.relax_calls import calls_of
 from tvm import relax
 
 import fold_guard.relax as fgr
-
-
-def count_calls(mod: tvm.IRModule, op_name: str, constant_dtype: str = "") -> int:
-    """Calls of ``op_name``; with ``constant_dtype``, only those on a constant of that dtype."""
-    count = 0
-
-    def visit(expr: relax.Expr) -> None:
-        nonlocal count
-        if not (
-            isinstance(expr, relax.Call)
-            and isinstance(expr.op, tvm.ir.Op)
-            and expr.op.name == op_name
-        ):
-            return
-        operand = expr.args[0]
-        if not constant_dtype or (
-            isinstance(operand, tvm.ir.GenericConst) and str(operand.ty.dtype) == constant_dtype
-        ):
-            count += 1
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return count
 
 
 def main() -> None:
@@ -72,35 +50,18 @@ def main() -> None:
         out = onnx_models.run_relax(module, [x])[0]
         same = "bit-identical to imported" if out.tobytes() == unfolded.tobytes() else "DIFFERENT"
         print(
-            f"{name:36s} {count_calls(module, 'relax.quantize'):>8d} "
-            f"{count_calls(module, 'relax.dequantize'):>10d} "
-            f"{count_calls(module, 'relax.dequantize', 'int8'):>14d} "
+            f"{name:36s} {len(calls_of(module, 'relax.quantize')):>8d} "
+            f"{len(calls_of(module, 'relax.dequantize')):>10d} "
+            f"{len(calls_of(module, 'relax.dequantize', dtype='int8')):>14d} "
             f"{float(np.abs(out - reference).max()):>24.6f}  {same}"
         )
     folded = [
         call.args[0].value.numpy()
-        for call in _dequantizes(result.mod)
-        if str(call.args[0].ty.dtype) == "int8"
+        for call in calls_of(result.mod, "relax.dequantize", dtype="int8")
     ]
     want = onnx_chains.chain_weights(model)
     equal = all(np.array_equal(a, want[name]) for a, name in zip(folded, onnx_chains.CHAIN_WEIGHTS))
     print(f"folded int8 weights equal NumPy's requantization: {equal}")
-
-
-def _dequantizes(mod: tvm.IRModule) -> list:
-    found = []
-
-    def visit(expr: relax.Expr) -> None:
-        if (
-            isinstance(expr, relax.Call)
-            and isinstance(expr.op, tvm.ir.Op)
-            and expr.op.name == "relax.dequantize"
-            and isinstance(expr.args[0], tvm.ir.GenericConst)
-        ):
-            found.append(expr)
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return found
 
 
 if __name__ == "__main__":
