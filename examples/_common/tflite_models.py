@@ -26,7 +26,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -163,7 +163,8 @@ def make_quantized_tflite_model(seed: int = 0) -> QuantizedTFLiteModel:
     conv_bias = np.round(b_conv / (input_q.scale * conv_weight_q.scale)).astype(np.int32)
     fc_bias = np.round(b_fc / (conv_out_q.scale * fc_weight_q.scale)).astype(np.int32)
 
-    buffer = _serialize(
+    params = QuantizedTFLiteModel(
+        b"",
         input_q,
         conv_weight,
         conv_weight_q,
@@ -174,18 +175,7 @@ def make_quantized_tflite_model(seed: int = 0) -> QuantizedTFLiteModel:
         fc_bias,
         output_q,
     )
-    return QuantizedTFLiteModel(
-        buffer,
-        input_q,
-        conv_weight,
-        conv_weight_q,
-        conv_bias,
-        conv_out_q,
-        fc_weight,
-        fc_weight_q,
-        fc_bias,
-        output_q,
-    )
+    return replace(params, buffer=_serialize(params))
 
 
 def reference_output(model: QuantizedTFLiteModel, x: np.ndarray) -> np.ndarray:
@@ -243,33 +233,26 @@ def import_tflite_relax(model: QuantizedTFLiteModel, op_converter: Any = None) -
 # ------------------------------------------------------------------------------ serialization
 
 
-def _serialize(
-    input_q: Quant,
-    conv_weight: np.ndarray,
-    conv_weight_q: Quant,
-    conv_bias: np.ndarray,
-    conv_out_q: Quant,
-    fc_weight: np.ndarray,
-    fc_weight_q: Quant,
-    fc_bias: np.ndarray,
-    output_q: Quant,
-) -> bytes:
+def _serialize(m: QuantizedTFLiteModel) -> bytes:
+    """The TFLite flatbuffer of ``m``'s parameters (``m.buffer`` is not read)."""
     import tflite
 
     writer = TFLiteWriter()
-    fc_in = conv_weight.shape[0] * int(np.prod(INPUT_SHAPE[1:3]))
-    conv_shape = INPUT_SHAPE[:3] + (conv_weight.shape[0],)
+    fc_in = m.conv_weight.shape[0] * int(np.prod(INPUT_SHAPE[1:3]))
+    conv_shape = INPUT_SHAPE[:3] + (m.conv_weight.shape[0],)
     x = writer.tensor(INPUT_NAME, INPUT_SHAPE, "float32")
-    x_q = writer.tensor("input_int8", INPUT_SHAPE, "int8", quant=input_q)
-    conv_w = writer.tensor("conv/weight", conv_weight.shape, "int8", conv_weight, conv_weight_q)
-    bias_q = Quant(input_q.scale * conv_weight_q.scale, np.zeros(conv_bias.size, np.int64))
-    conv_b = writer.tensor("conv/bias", conv_bias.shape, "int32", conv_bias, bias_q)
-    conv = writer.tensor("conv", conv_shape, "int8", quant=conv_out_q)
-    flat = writer.tensor("flatten", (1, fc_in), "int8", quant=conv_out_q)
-    fc_w = writer.tensor("fc/weight", fc_weight.shape, "int8", fc_weight, fc_weight_q)
-    fc_bias_q = Quant(conv_out_q.scale * fc_weight_q.scale, np.zeros(1, np.int64))
-    fc_b = writer.tensor("fc/bias", fc_bias.shape, "int32", fc_bias, fc_bias_q)
-    fc = writer.tensor("fc", OUTPUT_SHAPE, "int8", quant=output_q)
+    x_q = writer.tensor("input_int8", INPUT_SHAPE, "int8", quant=m.input_q)
+    conv_w = writer.tensor(
+        "conv/weight", m.conv_weight.shape, "int8", m.conv_weight, m.conv_weight_q
+    )
+    bias_q = Quant(m.input_q.scale * m.conv_weight_q.scale, np.zeros(m.conv_bias.size, np.int64))
+    conv_b = writer.tensor("conv/bias", m.conv_bias.shape, "int32", m.conv_bias, bias_q)
+    conv = writer.tensor("conv", conv_shape, "int8", quant=m.conv_out_q)
+    flat = writer.tensor("flatten", (1, fc_in), "int8", quant=m.conv_out_q)
+    fc_w = writer.tensor("fc/weight", m.fc_weight.shape, "int8", m.fc_weight, m.fc_weight_q)
+    fc_bias_q = Quant(m.conv_out_q.scale * m.fc_weight_q.scale, np.zeros(1, np.int64))
+    fc_b = writer.tensor("fc/bias", m.fc_bias.shape, "int32", m.fc_bias, fc_bias_q)
+    fc = writer.tensor("fc", OUTPUT_SHAPE, "int8", quant=m.output_q)
     out = writer.tensor("output", OUTPUT_SHAPE, "float32")
     # The reshape's target shape is a constant input, as TFLite's converter writes it.
     shape = writer.tensor("flatten/shape", (2,), "int32", np.array([1, fc_in], np.int32))
