@@ -5,8 +5,9 @@ rule such as "keep dequantize of an integer tensor" means "keep dequantize of an
 *constant*". The first rule that matches decides; when none matches the IR's default applies
 (what the stock ``FoldConstant`` of that IR would do). Policies compose by concatenating rules.
 
-The registry of named policies is the one piece of module-global state fold_guard has: backends
-register their policy once, and any API that takes a policy then accepts its name.
+The registry of named policies is the one piece of module-global state that changes an answer
+(``_serial`` lists the rest, caches that never do): backends register their policy once, and any
+API that takes a policy then accepts its name.
 """
 
 from __future__ import annotations
