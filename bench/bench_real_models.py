@@ -47,7 +47,7 @@ sys.path.insert(
 IMPLS = ("stock", "cold", "warm", "uncached")
 #: what a worker runs: an IMPLS entry, without the checkout or variant it names
 KINDS = IMPLS
-STEPS = ("lower", "legalize", "plan", "compile", "evaluate", "rewrite")
+STEPS = ("walk", "legalize", "plan", "compile", "evaluate", "rewrite")
 #: --quick: the two smallest CNN-like and transformer-like models, int8 form only.
 QUICK_MODELS = ("mobilenet_v2", "bert_tiny")
 

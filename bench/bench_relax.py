@@ -272,7 +272,7 @@ def main(argv=None) -> int:
         print()
         print(
             "| model | regime | blocks | folded | kernels compiled | "
-            + " | ".join(("lower", "legalize", "plan", "compile", "evaluate", "rewrite"))
+            + " | ".join(("walk", "legalize", "plan", "compile", "evaluate", "rewrite"))
             + " |"
         )
         print("|---|---|---:|---:|---:|" + "---:|" * 6)
@@ -284,7 +284,7 @@ def main(argv=None) -> int:
                 f"| {o.get('folded', '?')} | {o.get('kernels_compiled', '?')} | "
                 + " | ".join(
                     f"{st.get(k, float('nan')):.3f}"
-                    for k in ("lower", "legalize", "plan", "compile", "evaluate", "rewrite")
+                    for k in ("walk", "legalize", "plan", "compile", "evaluate", "rewrite")
                 )
                 + " |"
             )

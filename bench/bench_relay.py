@@ -41,7 +41,7 @@ ACT_SCALE = 0.05
 #: fold_guard policy -> the stock pass it must reproduce (structurally equal output).
 STOCK_FOR_POLICY = {"fold-qnn": {"fold_qnn": True}, "default": {}}
 #: fold_guard's report steps, in pipeline order, when it reports per-step seconds.
-STEP_ORDER = ("lower", "legalize", "plan", "compile", "evaluate", "rewrite")
+STEP_ORDER = ("walk", "legalize", "plan", "compile", "evaluate", "rewrite")
 #: The checkout this script belongs to. Workers import fold_guard from here (PYTHONPATH), so the
 #: benchmark measures this tree whether or not fold_guard is pip-installed in the environment.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

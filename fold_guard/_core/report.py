@@ -31,7 +31,7 @@ class FoldReport:
     modules (a noticeable part of a warm fold) and a pass run inside a pipeline never
     reads them; until they are read the report keeps both modules alive.
 
-    ``seconds`` maps each step (for Relax: lower, legalize, plan, compile, evaluate, rewrite) to
+    ``seconds`` maps each step (for Relax: walk, legalize, plan, compile, evaluate, rewrite) to
     its wall time; ``kernels_compiled`` counts the distinct kernels built for the single batched
     evaluation and ``kernels_cached`` those loaded from the persistent kernel cache instead
     (Relax); ``evaluation_runs`` counts the interpreter runs that evaluated the folded calls

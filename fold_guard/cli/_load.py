@@ -164,7 +164,7 @@ def _read(path: str) -> bytes:
 def _relay_layer_names(mod: Any) -> Mapping[Tuple[str, str], str]:
     """``(function, label) -> ONNX node`` from the spans Relay's frontends set on each call.
 
-    The labels are the Relay adapter's (``%3``, or a let variable), from the same lowering its
+    The labels are the Relay adapter's (``%3``, or a let variable), from the same walk its
     ``fold`` does, so they match the report's. A span's name is ``<output>@@<node>`` or the
     node's name alone.
     """
@@ -172,8 +172,8 @@ def _relay_layer_names(mod: Any) -> Mapping[Tuple[str, str], str]:
     from ..relay._pass import analyse
 
     layers: Dict[Tuple[str, str], str] = {}
-    lowered = analyse(mod, "default", None, StepTimer()).lowered
-    for node, site in zip(lowered.nodes, lowered.sites):
+    translation = analyse(mod, "default", None, StepTimer()).translation
+    for node, site in zip(translation.nodes, translation.sites):
         span = site.call.span
         name = getattr(getattr(span, "source_name", None), "name", "") if span is not None else ""
         if name:

@@ -83,7 +83,7 @@ def analyse(
         )
     # Step 1. Describe every call binding of every Relax function.
     walk = walk_relax(mod)
-    timer.lap("lower")
+    timer.lap("walk")
     # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
     legalized = legalize_candidates(mod, walk.sites, walk.candidates())
     timer.lap("legalize")

@@ -91,7 +91,7 @@ def _place(analysis: Analysis, placed: Tuple[Placement, ...]) -> Annotated:
         return Annotated(analysis.mod, placed, analysis.policy.name)
     wrap: Dict[relay.Call, Callable[[relay.Expr], relay.Expr]] = {}
     for placement in placed:
-        call = analysis.lowered.sites[placement.node].call
+        call = analysis.translation.sites[placement.node].call
         wrap[call] = (
             fold_allow if placement.annotation is Annotation.ALLOW else _guard_first_operand
         )
@@ -99,7 +99,7 @@ def _place(analysis: Analysis, placed: Tuple[Placement, ...]) -> Annotated:
         analysis.mod,
         {
             gvar: substitute_calls(func, wrap)
-            if gvar.name_hint in analysis.lowered.functions
+            if gvar.name_hint in analysis.translation.functions
             else func
             for gvar, func in analysis.mod.functions.items()
         },

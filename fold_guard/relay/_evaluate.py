@@ -45,8 +45,8 @@ from ._kernels import (
     scalar_key,
     unflatten,
 )
-from ._lower import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
 from ._stock import NDARRAY_SIZE_OP, evaluation_target
+from ._walk import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
 
 __all__ = ["Values", "evaluate_plan", "evaluation_target", "materialize"]
 

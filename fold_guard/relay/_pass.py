@@ -1,4 +1,4 @@
-"""The fold_guard FoldConstant pass for Relay: type-check, lower, plan, evaluate by level, rewrite."""
+"""The fold_guard FoldConstant pass for Relay: type-check, walk, plan, evaluate by level, rewrite."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from .._core.report import FoldResult, StepTimer, fold_result
 from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
-from ._lower import LoweredModule, foldable_functions, function_names, lower_relay, postorder
 from ._rewrite import remap_global_vars, rewrite_function
 from ._stock import is_true
+from ._walk import Translation, foldable_functions, function_names, postorder, walk_relay
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
 
@@ -120,14 +120,14 @@ def _diagnostics_renderer(render: Callable[[object], None]) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Analysis:
-    """The module read for folding: its lowering, the graph the planner decides on, the policy.
+    """The module read for folding: its translation (the walk), the graph the planner decides on, the policy.
 
     ``mod`` is the typed copy of the input (Relay types a detached copy, see ``_detached_copy``);
-    ``selected`` (Relay only) are the functions chosen to fold, which a re-lowering reads again.
+    ``selected`` (Relay only) are the functions chosen to fold, which a second walk reads again.
     """
 
     mod: tvm.IRModule
-    lowered: LoweredModule
+    translation: Translation
     graph: FoldGraph
     policy: FoldPolicy
     selected: Sequence[Tuple[str, relay.Function]]
@@ -136,27 +136,27 @@ class Analysis:
 def analyse(
     mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: StepTimer
 ) -> Analysis:
-    """Check and type a copy of ``mod``, then lower the functions to fold."""
+    """Check and type a copy of ``mod``, then walk the functions to fold."""
     policy = resolve_policy(policy_spec)
     typed = _infer_types(_detached_copy(_check_module(mod)), "the input module", visible=False)
     # Step 1. Describe every op call of the functions to fold, as stock folding sees it.
     selected = foldable_functions(typed, functions)
-    lowered = lower_relay(typed, selected)
-    timer.lap("lower")
-    return Analysis(typed, lowered, FoldGraph(lowered.nodes), policy, selected)
+    translation = walk_relay(typed, selected)
+    timer.lap("walk")
+    return Analysis(typed, translation, FoldGraph(translation.nodes), policy, selected)
 
 
 def _plan_and_evaluate(
-    lowered: LoweredModule,
+    translation: Translation,
     policy: FoldPolicy,
     values_by_call: Dict[relay.Call, relay.Expr],
     failures_by_call: Dict[relay.Call, str],
     strict: bool,
     timer: StepTimer,
 ) -> Tuple[FoldPlan, Values, int]:
-    """Plan ``lowered``, evaluate what folds (reusing values of calls already evaluated), re-plan on failures."""
-    graph = FoldGraph(lowered.nodes)
-    node_of = {site.call: site.node_id for site in lowered.sites}
+    """Plan ``translation``, evaluate what folds (reusing values of calls already evaluated), re-plan on failures."""
+    graph = FoldGraph(translation.nodes)
+    node_of = {site.call: site.node_id for site in translation.sites}
     failures = {node_of[call]: text for call, text in failures_by_call.items() if call in node_of}
     fold_plan = plan_folds(graph, policy, eval_failures=failures)
     timer.lap("plan")
@@ -167,13 +167,13 @@ def _plan_and_evaluate(
 
     def evaluate(current: FoldPlan) -> Dict[int, str]:
         nonlocal runs
-        new_failures, more_runs = evaluate_plan(current, lowered.sites, values, strict=strict)
+        new_failures, more_runs = evaluate_plan(current, translation.sites, values, strict=strict)
         runs += more_runs
         return new_failures
 
     fold_plan, failures = evaluate_until_stable(fold_plan, policy, evaluate, eval_failures=failures)
-    values_by_call.update((lowered.sites[node].call, value) for node, value in values.items())
-    failures_by_call.update((lowered.sites[node].call, text) for node, text in failures.items())
+    values_by_call.update((translation.sites[node].call, value) for node, value in values.items())
+    failures_by_call.update((translation.sites[node].call, text) for node, text in failures.items())
     timer.lap("evaluate")
     return fold_plan, values, runs
 
@@ -246,7 +246,7 @@ def fold(
     """
     timer = StepTimer()
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, timer)
-    typed, lowered = analysis.mod, analysis.lowered
+    typed, translation = analysis.mod, analysis.translation
     values_by_call: Dict[relay.Call, relay.Expr] = {}
     failures_by_call: Dict[relay.Call, str] = {}
     known_conditions: Dict[relay.If, bool] = {}
@@ -254,25 +254,25 @@ def fold(
     while True:
         # Step 2. Plan with the TVM-free core; Step 3. evaluate level by level (a failure re-plans).
         fold_plan, values, more_runs = _plan_and_evaluate(
-            lowered, analysis.policy, values_by_call, failures_by_call, strict, timer
+            translation, analysis.policy, values_by_call, failures_by_call, strict, timer
         )
         runs += more_runs
         # An If whose condition just became a constant is its branch from now on, as in stock
-        # folding, so what reads it may fold too: lower again with the condition known.
+        # folding, so what reads it may fold too: walk again with the condition known.
         resolved_now = {
             expr: is_true(materialize(cond, values))
-            for expr, cond in lowered.conditions.items()
+            for expr, cond in translation.conditions.items()
             if cond.node in values and expr not in known_conditions
         }
         if not resolved_now:
             break
         known_conditions.update(resolved_now)
-        lowered = lower_relay(typed, analysis.selected, known_conditions)
-        timer.lap("lower")
+        translation = walk_relay(typed, analysis.selected, known_conditions)
+        timer.lap("walk")
     if strict:
         raise_if_not_possible(fold_plan)
     # Step 4. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
-    new_mod = _rewrite_module(typed, lowered, fold_plan, values)
+    new_mod = _rewrite_module(typed, translation, fold_plan, values)
     new_mod = _infer_types(new_mod, "fold_guard's output (please report this)", visible=True)
     timer.lap("rewrite")
     return fold_result(
@@ -318,14 +318,14 @@ def fold_function(
 
 
 def _rewrite_module(
-    mod: tvm.IRModule, lowered: LoweredModule, fold_plan: FoldPlan, values: Values
+    mod: tvm.IRModule, translation: Translation, fold_plan: FoldPlan, values: Values
 ) -> tvm.IRModule:
-    node_of_call = {site.call: site.node_id for site in lowered.sites}
+    node_of_call = {site.call: site.node_id for site in translation.sites}
     return module_like(
         mod,
         {
             gvar: rewrite_function(func, node_of_call, fold_plan, values)
-            if gvar.name_hint in lowered.functions
+            if gvar.name_hint in translation.functions
             else func
             for gvar, func in mod.functions.items()
         },

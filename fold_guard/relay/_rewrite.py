@@ -17,10 +17,10 @@ import tvm
 from tvm import relay
 
 from .._core.planner import FoldPlan
-from ._lower import children as expr_children
-from ._lower import on_device_body, postorder
 from ._ops import FOLD_ALLOW_OP
 from ._stock import is_true
+from ._walk import children as expr_children
+from ._walk import on_device_body, postorder
 
 __all__ = ["rewrite_function"]
 

@@ -124,14 +124,14 @@ def test_report_explain():
         mixed_plan(),
         constant_bytes=(1024, 16),
         kernels_compiled=3,
-        seconds={"lower": 0.0123, "plan": 0.002, "compile": 0.5},
+        seconds={"walk": 0.0123, "plan": 0.002, "compile": 0.5},
     )
     assert report.total_seconds == pytest.approx(0.5143)
     lines = report.explain().splitlines()
     assert lines[: len(EXPECTED_LINES)] == EXPECTED_LINES
     assert lines[len(EXPECTED_LINES) :] == [
         "constants: 1024 bytes before, 16 bytes after",
-        "kernels compiled: 3; time: 514 ms (lower 12 ms, plan 2 ms, compile 500 ms)",
+        "kernels compiled: 3; time: 514 ms (walk 12 ms, plan 2 ms, compile 500 ms)",
     ]
     brief = report.explain(verbose=False).splitlines()
     assert brief == [EXPECTED_LINES[0]] + lines[len(EXPECTED_LINES) :]

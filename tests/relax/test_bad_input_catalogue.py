@@ -2,20 +2,20 @@
 
 Every kind either raises a fold_guard error of the stated class whose message names the
 offending expression or argument, or (unusual but valid input: NaN, every dtype) folds as the
-stock pass folds it, or keeps the call with a reason where stock itself fails. In every case the
-caller's module is byte-for-byte what it was (``tvm.ir.save_json`` before and after). RFC.md
-("Errors and bad input") has it as a condensed table.
+stock pass folds it. In every case the caller's module is byte-for-byte what it was
+(``tvm.ir.save_json`` before and after). The kinds both IRs share are
+:func:`support.ir_harness.common_kinds`; this file adds Relax's own. RFC.md ("Errors and bad
+input") has it as a condensed table.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Dict
 
-import numpy as np
 import pytest
 import tvm
-import tvm_ffi
-from support.reliability import Kind, check_kind, policy_kinds
+from harness_relax import RELAX
+from support.ir_harness import Kind, check_kind, common_kinds, exp_module
 from test_errors import AllowDynamic, AllowUnsupported, EvalFails
 from tvm import relax
 from tvm.script import ir as I
@@ -24,22 +24,11 @@ from tvm.script import relax as R
 import fold_guard
 import fold_guard.relax as fgr
 
-A = np.arange(4, dtype="float32")
-
-
-def _module(build: Callable[[relax.Var], relax.Expr], shape=(4,), dtype="float32") -> tvm.IRModule:
-    """``main(x) = add-free build(x)`` in one dataflow block."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, dtype))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(build(x))
-        bb.emit_func_output(out)
-    return bb.get()
+A = RELAX.catalogue_constant
 
 
 def _exp_module() -> tvm.IRModule:
-    return _module(lambda x: relax.op.add(x, relax.op.exp(relax.const(A))))
+    return exp_module(RELAX)
 
 
 def _raw(bindings, ret_var, ret_ty, params=()) -> tvm.IRModule:
@@ -121,75 +110,15 @@ def _not_well_formed() -> tvm.IRModule:
     return tvm.IRModule({"main": mod["main"], "other": other})
 
 
-def _nested_annotations() -> tvm.IRModule:
-    c = relax.const(A)
-    return _module(
-        lambda x: relax.op.add(
-            x, fgr.fold_barrier(fgr.fold_barrier(fgr.fold_allow(relax.op.exp(c))))
-        )
-    )
-
-
-def _dtype_module(dtype: str) -> tvm.IRModule:
-    """``main(x: float32[4]) = add(x, astype(add(c, c), float32))`` for ``c`` of ``dtype``."""
-    values = [0, 1, 1, 0] if dtype == "bool" else [1, 2, 3, 4]
-    if dtype in ("bool", "int64", "uint8", "int8", "float16", "float64"):
-        c = relax.const(np.array(values, dtype=dtype))
-    else:  # no NumPy dtype: converted from float32 (the conversion folds too)
-        c = relax.op.astype(relax.const(np.array(values, "float32")), dtype)
-    combine = relax.op.logical_or if dtype == "bool" else relax.op.add
-    return _module(lambda x: relax.op.add(x, relax.op.astype(combine(c, c), "float32")))
-
-
-def _nonfinite_module() -> tvm.IRModule:
-    c = relax.const(np.array([np.nan, np.inf, -np.inf, 1.0], "float32"))
-    return _module(
-        lambda x: relax.op.add(x, relax.op.multiply(relax.op.exp(c), relax.const(np.float32(2))))
-    )
-
-
-def _like_stock(result, mod) -> None:
-    """Folds as the stock pass does; where the stock pass itself fails, keeps every call it could
-    not evaluate with a reason instead of raising."""
-    try:
-        stock = relax.transform.FoldConstant()(mod)
-    except Exception:  # noqa: BLE001 - stock's failure on exotic dtypes is what we compare with
-        assert relax.analysis.well_formed(result.mod)
-        cannot = {
-            fold_guard.Reason.UNSUPPORTED,
-            fold_guard.Reason.EVAL_FAILED,
-            fold_guard.Reason.NOT_CONSTANT,
-        }
-        assert all(d.reason in cannot for d in result.plan.kept), result.plan.explain()
-        return
-    assert tvm_ffi.structural_equal(result.mod, stock)
-
-
 FOLD = lambda mod: fgr.fold(mod)  # noqa: E731
 STRICT = lambda mod: fgr.fold(mod, strict=True)  # noqa: E731
 
+#: Relax's own kinds; :func:`common_kinds` adds those both IRs have (not a module, unknown
+#: policy, annotating a non-expression, nested annotations, NaN, every dtype, the policies).
 KINDS: Dict[str, Kind] = {
     # not a module at all
-    "not-a-module-none": Kind(
-        lambda: None, FOLD, fold_guard.UnsupportedIRError, r"expects a tvm.IRModule, got NoneType"
-    ),
-    "not-a-module-str": Kind(
-        lambda: "def main(): ...", FOLD, fold_guard.UnsupportedIRError, r"got str"
-    ),
-    "not-a-module-function": Kind(
-        lambda: _exp_module()["main"],
-        lambda f: fgr.plan(f),
-        fold_guard.UnsupportedIRError,
-        r"got Function.*tvm.IRModule\(\{'main': func\}\)",
-    ),
     "not-a-module-ndarray": Kind(lambda: A, FOLD, fold_guard.UnsupportedIRError, r"got ndarray"),
     # policies
-    "unknown-policy": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy="npu-turbo"),
-        fold_guard.UnknownPolicyError,
-        r"unknown fold policy 'npu-turbo'; registered",
-    ),
     "misspelt-policy": Kind(
         _exp_module,
         lambda m: fgr.fold(m, policy="keep-qdq-weight"),
@@ -239,19 +168,6 @@ KINDS: Dict[str, Kind] = {
         fold_guard.UnsupportedIRError,
         r"function main: b = relax.fold_allow has 2 operands, expected 1",
     ),
-    "annotate-a-non-expression": Kind(
-        lambda: A,
-        fgr.fold_barrier,
-        fold_guard.UnsupportedIRError,
-        r"fold_barrier expects a Relax expression, got ndarray",
-    ),
-    "nested-annotations": Kind(
-        _nested_annotations,
-        STRICT,
-        check=lambda r, m: (
-            (_count(r.mod, "relax.fold_barrier") == 2) or pytest.fail("barriers lost")
-        ),
-    ),
     # strict: what cannot fold is an error naming the allow and the cause
     "allow-over-non-constant-strict": Kind(
         lambda: AllowRuntime,
@@ -296,30 +212,8 @@ KINDS: Dict[str, Kind] = {
         fold_guard.FoldNotPossibleError,
         r"function main: evaluating c = relax.call_tir failed: .*boom: first element too small",
     ),
-    # unusual but valid: folds as stock does, or keeps with a reason where stock fails
-    "nan-and-inf": Kind(_nonfinite_module, FOLD, check=_like_stock),
 }
-KINDS.update(policy_kinds(fgr, _exp_module, "lv = relax.exp"))
-for _dtype in (
-    "bool",
-    "int8",
-    "uint8",
-    "int64",
-    "float16",
-    "float64",
-    "bfloat16",
-    "int4",
-    "uint4",
-    "float8_e4m3fn",
-    "float8_e5m2",
-):
-    KINDS[f"dtype-{_dtype}"] = Kind(lambda d=_dtype: _dtype_module(d), FOLD, check=_like_stock)
-
-
-def _count(mod: tvm.IRModule, op_name: str) -> int:
-    from golden import op_calls
-
-    return len(op_calls(mod, op_name))
+KINDS.update(common_kinds(RELAX))
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -129,7 +129,7 @@ def test_report_counts_constant_bytes_and_kernels() -> None:
     report = fgr.fold(bb.get(), strict=True).report
     assert (report.constant_bytes_before, report.constant_bytes_after) == (32, 16)
     assert report.kernels_compiled + report.kernels_cached == 1
-    assert set(report.seconds) == {"lower", "legalize", "plan", "compile", "evaluate", "rewrite"}
+    assert set(report.seconds) == {"walk", "legalize", "plan", "compile", "evaluate", "rewrite"}
 
 
 def test_result_shapes_are_read_without_an_analyzer_where_dims_are_plain(monkeypatch) -> None:

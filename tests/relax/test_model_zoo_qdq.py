@@ -9,14 +9,13 @@ control); and the imported module, built for the CPU, matches onnxruntime.
 Expected counts come from the models themselves: the weights from :func:`weight_shapes` of the
 float model, the other quantized constants (biases, ``LayerNormalization`` parameters, the
 attention scale) from the ``DequantizeLinear`` / ``QuantizeLinear`` nodes on initializers in the
-QDQ model, one Relax call each.
+QDQ model, one Relax call each. The checks the Relay zoo makes too are in
+:mod:`support.ir_harness`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections import Counter
-from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import onnx  # noqa: F401 - a test dependency (pip install -e '.[test]'); missing it must fail, not skip
@@ -25,61 +24,27 @@ import pytest
 import tvm
 from _common import onnx_models
 from golden import constant_operands
+from harness_relax import RELAX
+from support import ir_harness as harness
 from tvm import relax
-
-#: Model name -> (QDQ builder, float builder).
-MODELS: Dict[str, Tuple[Callable, Callable]] = {
-    "residual_cnn": (onnx_models.make_residual_cnn, onnx_models.float_residual_cnn),
-    "transformer_block": (onnx_models.make_transformer_block, onnx_models.float_transformer_block),
-}
-
-Signature = Tuple[str, Tuple[int, ...]]  # (dtype, shape) of a constant
-
-
-# ----------------------------------------------------------------------------------- helpers
-
 
 # Every test here builds, imports or runs whole models (seconds each): full lane only.
 pytestmark = pytest.mark.slow
 
 
-def weights_among(signatures: List[Signature], dtype: str) -> List[Tuple[int, ...]]:
-    """Sorted shapes of the weights among constants: in these models the only ones of rank >= 2."""
-    return sorted(shape for dt, shape in signatures if dt == dtype and len(shape) >= 2)
-
-
-def multiset(signatures: List[Signature]) -> Counter:
-    return Counter(signatures)
-
-
-class _Model:
-    """One model and its Relax import, each computed once."""
-
-    def __init__(self, name: str, float_weights: bool) -> None:
-        make, make_float = MODELS[name]
-        self.float_model = make_float(0)
-        self.onnx = make(0, float_weights=float_weights)
-        self.imported = onnx_models.import_relax(self.onnx)
-        self.weights = sorted(onnx_models.weight_shapes(self.float_model))
-
-
-@functools.cache
-def model_for(name: str, float_weights: bool = False) -> _Model:
-    return _Model(name, float_weights)
+#: The model (seed 0) and its import, built once per module.
+model_for = functools.partial(harness.zoo_model, RELAX)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _drop_cache():
     yield
-    model_for.cache_clear()
+    harness.zoo_model.cache_clear()
 
 
-# ----------------------------------------------------------------------------------- tests
-
-
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_same_seed_gives_the_same_bytes(name: str) -> None:
-    make, make_float = MODELS[name]
+    make, make_float = harness.zoo_builders(name)
     first = model_for(name).onnx.SerializeToString()
     assert make(0).SerializeToString() == first
     assert make(1).SerializeToString() != first
@@ -90,7 +55,7 @@ def test_same_seed_gives_the_same_bytes(name: str) -> None:
     )
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_model_is_qdq_with_every_weight_quantized(name: str) -> None:
     model = model_for(name)
     ops = {node.op_type for node in model.onnx.graph.node}
@@ -100,7 +65,9 @@ def test_model_is_qdq_with_every_weight_quantized(name: str) -> None:
     assert model.weights
     assert sorted(onnx_models.weight_shapes(model.onnx)) == model.weights
     assert (
-        weights_among(onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"), "int8")
+        harness.weights_among(
+            onnx_models.initializer_inputs(model.onnx, "DequantizeLinear"), "int8"
+        )
         == model.weights
     )
     assert onnx_models.output_scale(model.onnx) > 0
@@ -116,7 +83,7 @@ def test_input_feed_and_tolerance_generalise_the_cnn_helpers() -> None:
         assert list(feed) == list(sample) == [onnx_models.INPUT_NAME]
         np.testing.assert_array_equal(feed[onnx_models.INPUT_NAME], sample[onnx_models.INPUT_NAME])
     # Every model's tolerance is counted in steps of its own output scale.
-    for name in MODELS:
+    for name in harness.ZOO_MODELS:
         model = model_for(name).onnx
         steps = onnx_models.TOLERANCE_STEPS
         assert onnx_models.output_atol(model) == onnx_models.output_atol(model, steps)
@@ -124,42 +91,24 @@ def test_input_feed_and_tolerance_generalise_the_cnn_helpers() -> None:
         assert onnx_models.output_atol(model, onnx_models.INTEGER_TOLERANCE_STEPS) > (
             onnx_models.output_atol(model)
         )
-    assert set(onnx_models.MODEL_BUILDERS.values()) >= {make for make, _ in MODELS.values()}
+    assert set(onnx_models.MODEL_BUILDERS.values()) >= {
+        harness.zoo_builders(n)[0] for n in harness.ZOO_MODELS
+    }
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_import_dequantizes_every_weight_constant(name: str) -> None:
-    model = model_for(name)
-    dequantized = constant_operands(model.imported, "relax.dequantize")
-    assert weights_among(dequantized, "int8") == model.weights
-    # One R.dequantize per DequantizeLinear of an initializer: weights, biases and the rest.
-    expected = onnx_models.initializer_inputs(model.onnx, "DequantizeLinear")
-    assert multiset(dequantized) == multiset(expected)
-    assert len(dequantized) > len(model.weights)  # the biases are constants too
-    assert constant_operands(model.imported, "relax.quantize") == []
+    harness.check_import_dequantizes_every_weight(RELAX, model_for(name))
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
-    model = model_for(name, float_weights=True)
-    quantized = constant_operands(model.imported, "relax.quantize")
-    assert weights_among(quantized, "float32") == model.weights
-    assert all(dtype == "float32" for dtype, _ in quantized)
-    assert multiset(quantized) == multiset(
-        onnx_models.initializer_inputs(model.onnx, "QuantizeLinear")
-    )
-    # No weight is dequantized from an int8 constant any more; the int32 biases still are.
-    dequantized = constant_operands(model.imported, "relax.dequantize")
-    assert weights_among(dequantized, "int8") == []
-    assert multiset(dequantized) == multiset(
-        onnx_models.initializer_inputs(model.onnx, "DequantizeLinear")
-    )
-    assert {dtype for dtype, _ in dequantized} == {"int32"}
+    harness.check_float_weights_quantize_every_weight(RELAX, model_for(name, float_weights=True))
 
 
 @pytest.mark.stock
 @pytest.mark.parametrize("float_weights", [False, True], ids=["int8_weights", "float_weights"])
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_stock_fold_constant_folds_every_constant_qdq(name: str, float_weights: bool) -> None:
     model = model_for(name, float_weights)
     before = len(constant_operands(model.imported, "relax.dequantize")) + len(
@@ -172,21 +121,18 @@ def test_stock_fold_constant_folds_every_constant_qdq(name: str, float_weights: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_import_runs_like_onnxruntime(name: str) -> None:
     model = model_for(name)
-    exe = tvm.compile(model.imported, target="llvm")
-    vm = relax.VirtualMachine(exe, tvm.cpu())
-    atol = onnx_models.output_atol(model.onnx)
-    for seed in (1, 2, 3):
-        feed = onnx_models.input_feed(model.onnx, seed)
-        actual = vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy()
-        (expected,) = onnx_models.run_onnxruntime(model.onnx, feed)
-        assert actual.shape == expected.shape
-        np.testing.assert_allclose(actual, expected, rtol=0, atol=atol)
+    vm = relax.VirtualMachine(tvm.compile(model.imported, target="llvm"), tvm.cpu())
+
+    def run(feed):
+        return [vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy()]
+
+    harness.check_runs_like_onnxruntime(
+        model, {"import": (run, onnx_models.output_atol(model.onnx))}
+    )
     # run_relax is the same pipeline.
     feed = onnx_models.input_feed(model.onnx, 1)
     (via_helper,) = onnx_models.run_relax(model.imported, list(feed.values()))
-    np.testing.assert_array_equal(
-        via_helper, vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy()
-    )
+    np.testing.assert_array_equal(via_helper, run(feed)[0])

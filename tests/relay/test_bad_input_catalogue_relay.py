@@ -2,39 +2,39 @@
 
 As ``tests/relax/test_bad_input_catalogue.py``: each kind raises a fold_guard error of the
 stated class whose message names the offending expression or argument, or (valid but unusual
-input) folds as the stock pass folds it; the caller's module is byte-for-byte unchanged.
+input) folds as the stock pass folds it; the caller's module is byte-for-byte unchanged. The
+kinds both IRs share are :func:`support.ir_harness.common_kinds`; this file adds Relay's own.
 RFC.md ("Errors and bad input") has it as a condensed table.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Dict
 
 import numpy as np
 import pytest
 import tvm
+from harness_relay import RELAY, copy
 from relay_ir import op_calls
-from support.reliability import Kind, check_kind, policy_kinds
+from support.ir_harness import Kind, check_kind, common_kinds, exp_module, like_stock
 from tvm import relax, relay
 
 import fold_guard
 import fold_guard.relay as fgr
 
-SHAPE = (2, 3)
-A = np.arange(6, dtype="float32").reshape(SHAPE)
+A = RELAY.catalogue_constant
+SHAPE = A.shape
 
 
 def _x(shape=SHAPE, dtype="float32") -> relay.Var:
     return relay.var("x", shape=shape, dtype=dtype)
 
 
-def _module(body_of: Callable[[relay.Var], relay.Expr], shape=SHAPE) -> tvm.IRModule:
-    x = _x(shape)
-    return tvm.IRModule.from_expr(relay.Function([x], body_of(x)))
+_module = RELAY.module
 
 
 def _exp_module() -> tvm.IRModule:
-    return _module(lambda x: relay.add(x, relay.exp(relay.const(A))))
+    return exp_module(RELAY)
 
 
 def _relax_module() -> tvm.IRModule:
@@ -80,21 +80,6 @@ def _primitive_module() -> tvm.IRModule:
     return mod
 
 
-def _dtype_module(dtype: str) -> tvm.IRModule:
-    """``main(x: float32) = add(x, cast(c + c, float32))`` for a constant ``c`` of ``dtype``."""
-    if dtype in ("bfloat16",):
-        c = relay.cast(relay.const(A), dtype)  # no NumPy dtype: converted (the cast folds too)
-    else:
-        c = relay.const(A.astype(dtype))
-    combine = relay.logical_or if dtype == "bool" else relay.add
-    return _module(lambda x: relay.add(x, relay.cast(combine(c, c), "float32")))
-
-
-def _nonfinite_module() -> tvm.IRModule:
-    c = relay.const(np.array([[np.nan, np.inf, -np.inf], [1, 2, 3]], "float32"))
-    return _module(lambda x: relay.add(x, relay.multiply(relay.exp(c), relay.const(2.0))))
-
-
 def _qnn_nonfinite_module() -> tvm.IRModule:
     w = relay.const(np.array([[np.nan, 1e30, -np.inf], [1, 2, 3]], "float32"))
     q = relay.qnn.op.quantize(w, relay.const(0.5), relay.const(0), out_dtype="int8")
@@ -105,19 +90,9 @@ def _qnn_nonfinite_module() -> tvm.IRModule:
     )
 
 
-def _copy(mod: tvm.IRModule) -> tvm.IRModule:
-    """A copy for the stock passes, which write cached types into their input."""
-    return tvm.ir.load_json(tvm.ir.save_json(mod))
-
-
-def _like_stock(result, mod) -> None:
-    stock = relay.transform.FoldConstant()(relay.transform.InferType()(_copy(mod)))
-    tvm.ir.assert_structural_equal(result.mod, stock, map_free_vars=True)
-
-
 def _like_stock_fold_qnn(result, mod) -> None:
     """The allowed ``qnn.quantize`` of NaN / huge values folds to the bits ``fold_qnn=True`` gives."""
-    (quantize,) = op_calls(_copy(mod), "qnn.quantize")
+    (quantize,) = op_calls(copy(mod), "qnn.quantize")
     alone = tvm.IRModule.from_expr(relay.Function([], quantize))
     want = relay.transform.FoldConstant(fold_qnn=True)(relay.transform.InferType()(alone))[
         "main"
@@ -126,27 +101,13 @@ def _like_stock_fold_qnn(result, mod) -> None:
     np.testing.assert_array_equal(dequantize.args[0].data.numpy(), want.data.numpy())
 
 
-def _two_barriers_hold(result, mod) -> None:
-    assert len(op_calls(result.mod, "fold_barrier")) == 2 and len(op_calls(result.mod, "add")) == 1
-
-
 FOLD = lambda mod: fgr.fold(mod)  # noqa: E731
 STRICT = lambda mod: fgr.fold(mod, strict=True)  # noqa: E731
 
+#: Relay's own kinds; :func:`common_kinds` adds those both IRs have (not a module, unknown
+#: policy, annotating a non-expression, nested annotations, NaN, every dtype, the policies).
 KINDS: Dict[str, Kind] = {
     # not a module at all, or not Relay
-    "not-a-module-none": Kind(
-        lambda: None, FOLD, fold_guard.UnsupportedIRError, r"expects a tvm.IRModule, got NoneType"
-    ),
-    "not-a-module-str": Kind(
-        lambda: "def @main() {}", FOLD, fold_guard.UnsupportedIRError, r"got str"
-    ),
-    "not-a-module-function": Kind(
-        lambda: _exp_module()["main"],
-        lambda f: fgr.plan(f),
-        fold_guard.UnsupportedIRError,
-        r"got Function.*fold_function",
-    ),
     "fold-function-of-a-module": Kind(
         _exp_module,
         fgr.fold_function,
@@ -179,16 +140,10 @@ KINDS: Dict[str, Kind] = {
         r"functions must name global functions by string, got int 3",
     ),
     "functions-as-one-string": Kind(
-        _exp_module, lambda m: fgr.fold(m, functions="main"), check=_like_stock
+        _exp_module, lambda m: fgr.fold(m, functions="main"), check=like_stock(RELAY)
     ),
-    "primitive-function": Kind(_primitive_module, FOLD, check=_like_stock),
+    "primitive-function": Kind(_primitive_module, FOLD, check=like_stock(RELAY)),
     # policies
-    "unknown-policy": Kind(
-        _exp_module,
-        lambda m: fgr.fold(m, policy="npu-turbo"),
-        fold_guard.UnknownPolicyError,
-        r"unknown fold policy 'npu-turbo'; registered",
-    ),
     "misspelt-policy": Kind(
         _exp_module,
         lambda m: fgr.fold(m, policy="fold_qnn"),
@@ -240,21 +195,6 @@ KINDS: Dict[str, Kind] = {
         fold_guard.UnsupportedIRError,
         r"fold_barrier annotates tensors only, got a relay.Tuple of 1 fields",
     ),
-    "annotate-a-non-expression": Kind(
-        lambda: A,
-        fgr.fold_allow,
-        fold_guard.UnsupportedIRError,
-        r"fold_allow expects a Relay expression, got ndarray",
-    ),
-    "nested-annotations": Kind(
-        lambda: _module(
-            lambda x: relay.add(
-                x, fgr.fold_barrier(fgr.fold_barrier(fgr.fold_allow(relay.exp(relay.const(A)))))
-            )
-        ),
-        STRICT,
-        check=_two_barriers_hold,
-    ),
     # strict
     "allow-over-non-constant-strict": Kind(
         lambda: _module(lambda x: fgr.fold_allow(relay.exp(x))),
@@ -269,12 +209,9 @@ KINDS: Dict[str, Kind] = {
         r"function main: %\d+ = fold_allow\(\.\.\.\) cannot fold: not constant: input %\d+ is not constant",
     ),
     # unusual but valid
-    "nan-and-inf": Kind(_nonfinite_module, FOLD, check=_like_stock),
     "qnn-quantize-of-nan-and-huge": Kind(_qnn_nonfinite_module, STRICT, check=_like_stock_fold_qnn),
 }
-KINDS.update(policy_kinds(fgr, _exp_module, "%0 = exp"))
-for _dtype in ("bool", "int8", "uint8", "int32", "int64", "float16", "float64", "bfloat16"):
-    KINDS[f"dtype-{_dtype}"] = Kind(lambda d=_dtype: _dtype_module(d), FOLD, check=_like_stock)
+KINDS.update(common_kinds(RELAY))
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

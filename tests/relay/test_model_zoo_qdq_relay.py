@@ -13,27 +13,23 @@ float between their quantize / dequantize pairs, so the ``LayerNormalization`` p
 
 Expected counts come from the models: weights from :func:`weight_shapes` of the float model, the
 other quantized constants from the ``DequantizeLinear`` / ``QuantizeLinear`` nodes on initializers,
-operator counts from the nodes of the QDQ model.
+operator counts from the nodes of the QDQ model. The checks the Relax zoo makes too are in
+:mod:`support.ir_harness`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections import Counter
-from typing import Callable, Dict, List, Tuple
+from typing import List
 
-import numpy as np
 import pytest
 import tvm
 from _common import onnx_models
+from harness_relay import RELAY
 from relay_ir import op_calls
+from support import ir_harness as harness
 from tvm import relay
-
-#: Model name -> (QDQ builder, float builder).
-MODELS: Dict[str, Tuple[Callable, Callable]] = {
-    "residual_cnn": (onnx_models.make_residual_cnn, onnx_models.float_residual_cnn),
-    "transformer_block": (onnx_models.make_transformer_block, onnx_models.float_transformer_block),
-}
 
 #: ONNX operator -> the QNN operator FQ2I makes of it (each node of the model becomes one).
 FQ2I_QNN = {
@@ -45,11 +41,6 @@ FQ2I_QNN = {
 }
 #: ONNX operators FQ2I leaves in float, -> a Relay operator their import has once per node.
 FQ2I_FLOAT = {"Softmax": "nn.softmax", "Gelu": "erf", "LayerNormalization": "variance"}
-
-Signature = Tuple[str, Tuple[int, ...]]  # (dtype, shape) of a constant
-
-
-# ----------------------------------------------------------------------------------- helpers
 
 
 # Every test here imports, builds or runs whole models (seconds each): full lane only.
@@ -64,15 +55,6 @@ def op_counts(mod: tvm.IRModule) -> Counter:
     return Counter(call.op.name for call in calls(mod))
 
 
-def relay_const_calls(mod: tvm.IRModule, op_name: str) -> List[Signature]:
-    """(dtype, shape) of the constant first argument of every call to ``op_name``."""
-    return [
-        (call.args[0].data.dtype, tuple(call.args[0].data.shape))
-        for call in calls(mod)
-        if call.op.name == op_name and isinstance(call.args[0], relay.Constant)
-    ]
-
-
 def is_constant(expr: relay.Expr) -> bool:
     """A constant, or a ``qnn.quantize`` of one (what ``float_weights=True`` leaves)."""
     if (
@@ -84,72 +66,42 @@ def is_constant(expr: relay.Expr) -> bool:
     return isinstance(expr, relay.Constant)
 
 
-def weights_among(signatures: List[Signature], dtype: str) -> List[Tuple[int, ...]]:
-    """Sorted shapes of the weights among constants: in these models the only ones of rank >= 2."""
-    return sorted(shape for dt, shape in signatures if dt == dtype and len(shape) >= 2)
-
-
-class _Model:
-    """One model through import and FQ2I (each step computed once)."""
-
-    def __init__(self, name: str, float_weights: bool) -> None:
-        make, make_float = MODELS[name]
-        self.onnx = make(0, float_weights=float_weights)
-        self.weights = sorted(onnx_models.weight_shapes(make_float(0)))
-        self.nodes = Counter(node.op_type for node in self.onnx.graph.node)
-        self.imported = onnx_models.import_relay(self.onnx)
-        self.fq2i = relay.transform.InferType()(
-            relay.transform.FakeQuantizationToInteger()(self.imported)
-        )
+#: The model (seed 0) and its import, built once per module.
+model_for = functools.partial(harness.zoo_model, RELAY)
 
 
 @functools.cache
-def model_for(name: str, float_weights: bool = False) -> _Model:
-    return _Model(name, float_weights)
+def fq2i_for(name: str, float_weights: bool = False) -> tvm.IRModule:
+    """The import after ``FakeQuantizationToInteger`` (computed once)."""
+    imported = model_for(name, float_weights).imported
+    return relay.transform.InferType()(relay.transform.FakeQuantizationToInteger()(imported))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _drop_cache():
     yield
-    model_for.cache_clear()
+    harness.zoo_model.cache_clear()
+    fq2i_for.cache_clear()
 
 
 # ----------------------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_import_dequantizes_every_weight_constant(name: str) -> None:
-    model = model_for(name)
-    dequantized = relay_const_calls(model.imported, "qnn.dequantize")
-    assert model.weights and weights_among(dequantized, "int8") == model.weights
-    # One qnn.dequantize per DequantizeLinear of an initializer: weights, biases and the rest.
-    assert Counter(dequantized) == Counter(
-        onnx_models.initializer_inputs(model.onnx, "DequantizeLinear")
-    )
-    assert len(dequantized) > len(model.weights)
-    assert relay_const_calls(model.imported, "qnn.quantize") == []
+    harness.check_import_dequantizes_every_weight(RELAY, model_for(name))
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_float_weights_give_one_constant_quantize_per_weight(name: str) -> None:
-    model = model_for(name, float_weights=True)
-    quantized = relay_const_calls(model.imported, "qnn.quantize")
-    assert weights_among(quantized, "float32") == model.weights
-    assert Counter(quantized) == Counter(
-        onnx_models.initializer_inputs(model.onnx, "QuantizeLinear")
-    )
-    dequantized = relay_const_calls(model.imported, "qnn.dequantize")
-    assert {dtype for dtype, _ in dequantized} == {"int32"}  # only the biases
-    assert Counter(dequantized) == Counter(
-        onnx_models.initializer_inputs(model.onnx, "DequantizeLinear")
-    )
+    harness.check_float_weights_quantize_every_weight(RELAY, model_for(name, float_weights=True))
 
 
 @pytest.mark.parametrize("float_weights", [False, True], ids=["int8_weights", "float_weights"])
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_fq2i_turns_every_weighted_op_into_qnn(name: str, float_weights: bool) -> None:
-    model = model_for(name, float_weights)
-    ops = op_counts(model.fq2i)
+    model, fq2i = model_for(name, float_weights), fq2i_for(name, float_weights)
+    ops = op_counts(fq2i)
     for onnx_op, qnn_op in FQ2I_QNN.items():
         assert ops[qnn_op] == model.nodes[onnx_op], (qnn_op, ops)
     assert ops["qnn.conv2d"] + ops["qnn.dense"] == len(model.weights)
@@ -159,9 +111,7 @@ def test_fq2i_turns_every_weighted_op_into_qnn(name: str, float_weights: bool) -
         assert ops[relay_op] == model.nodes[onnx_op], (relay_op, ops)
     # The kernels: int8 constants, or the quantize of an fp32 constant that folding should turn
     # into one.
-    kernels = [
-        call.args[1] for call in calls(model.fq2i) if call.op.name in ("qnn.conv2d", "qnn.dense")
-    ]
+    kernels = [call.args[1] for call in calls(fq2i) if call.op.name in ("qnn.conv2d", "qnn.dense")]
     if float_weights:
         assert all(
             isinstance(k, relay.Call)
@@ -178,26 +128,21 @@ def test_fq2i_turns_every_weighted_op_into_qnn(name: str, float_weights: bool) -
     # Only the float islands keep dequantized constants: the LayerNormalization scales and biases.
     kept = [
         call
-        for call in calls(model.fq2i)
+        for call in calls(fq2i)
         if call.op.name == "qnn.dequantize" and is_constant(call.args[0])
     ]
     assert len(kept) == 2 * model.nodes["LayerNormalization"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", harness.ZOO_MODELS)
 def test_import_and_fq2i_run_like_onnxruntime(name: str) -> None:
     model = model_for(name)
     atol = onnx_models.output_atol(model.onnx)
     # FQ2I computes in integers, which round differently from the float reference.
     integer_atol = onnx_models.output_atol(model.onnx, onnx_models.INTEGER_TOLERANCE_STEPS)
-    run_import = onnx_models.build_relay(model.imported)
-    run_fq2i = onnx_models.build_relay(model.fq2i)
-    for seed in (1, 2, 3):
-        feed = onnx_models.input_feed(model.onnx, seed)
-        (from_import,) = run_import(feed)
-        (from_fq2i,) = run_fq2i(feed)
-        (expected,) = onnx_models.run_onnxruntime(model.onnx, feed)
-        assert from_import.shape == from_fq2i.shape == expected.shape
-        np.testing.assert_allclose(from_import, expected, rtol=0, atol=atol)
-        np.testing.assert_allclose(from_fq2i, expected, rtol=0, atol=integer_atol)
+    runs = {
+        "import": (onnx_models.build_relay(model.imported), atol),
+        "fq2i": (onnx_models.build_relay(fq2i_for(name)), integer_atol),
+    }
+    harness.check_runs_like_onnxruntime(model, runs)

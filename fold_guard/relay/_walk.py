@@ -17,8 +17,9 @@ It also rewrites independently of folding: a let-bound constant is inlined, ``(a
 whether a value is a constant or a tuple: ``on_device(<const>)`` is a constant, and the
 annotation stays in place (a let-bound one is inlined with it, ``on_device((a, b)).0`` becomes
 ``on_device(a)``). Here such an ``on_device`` is no node at all: its value is its operand's.
-This module mirrors all of that as data (:class:`Source` per value, one :class:`FoldNode` per op
-call) so the planner decides and ``_rewrite`` applies; it never changes the module.
+The walk (:func:`walk_relay`) mirrors all of that as data (:class:`Source` per value, one
+:class:`FoldNode` per op call, in a :class:`Translation`) so the planner decides and ``_rewrite``
+applies; it reads the IR and never changes the module (it lowers nothing in TVM's sense).
 
 The walk is iterative: Relay graphs of a few hundred blocks are deeper than Python's recursion
 limit.
@@ -62,20 +63,20 @@ from ._stock import (
 __all__ = [
     "CallSite",
     "ConstSource",
-    "LoweredModule",
     "NodeSource",
     "RuntimeSource",
     "SiteKind",
     "Source",
+    "Translation",
     "TupleSource",
     "children",
     "foldable_functions",
     "is_optimizable",
     "is_primitive",
     "is_true",
-    "lower_relay",
     "on_device_body",
     "postorder",
+    "walk_relay",
 ]
 
 
@@ -135,14 +136,14 @@ class CallSite:
 
 
 @dataclass(frozen=True)
-class LoweredModule:
+class Translation:
     """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relay functions they came from."""
 
     nodes: Tuple[FoldNode, ...]
     sites: Tuple[CallSite, ...]
     functions: Mapping[str, Tuple[relay.GlobalVar, relay.Function]]
     #: ``If`` expressions whose condition is a node's output: once that node folds, stock picks
-    #: the branch, and what reads the ``If`` may fold too (see ``lower_relay``).
+    #: the branch, and what reads the ``If`` may fold too (see ``walk_relay``).
     conditions: Mapping[relay.If, NodeSource] = field(default_factory=dict)
 
 
@@ -245,7 +246,7 @@ def tensor_infos(ty: Optional[tvm.ir.Type]) -> Tuple[TensorInfo, ...]:
     return ()
 
 
-# --- Lowering ------------------------------------------------------------------------------------
+# --- The walk ------------------------------------------------------------------------------------
 
 
 def function_names(functions: Optional[Iterable[str]]) -> Optional[Tuple[str, ...]]:
@@ -290,7 +291,7 @@ def foldable_functions(
     return sorted(chosen, key=lambda item: item[0])
 
 
-class _Lowerer:
+class _Walker:
     def __init__(self, known_conditions: Mapping[relay.If, bool]) -> None:
         self.known_conditions = known_conditions
         self.conditions: Dict[relay.If, NodeSource] = {}
@@ -312,7 +313,7 @@ class _Lowerer:
                 self._op_attr_cache[key] = None
         return self._op_attr_cache[key]
 
-    def lower_function(self, name: str, func: relay.Function) -> None:
+    def walk_function(self, name: str, func: relay.Function) -> None:
         for param in func.params:
             self.sources[param] = RuntimeSource(param.name_hint)
         for expr in postorder(func.body, self._children):
@@ -373,7 +374,7 @@ class _Lowerer:
             if body is not None:
                 return self.sources[body]  # a device hint: its value is its operand's
             if isinstance(expr.op, tvm.ir.Op):
-                return self._lower_call(function, expr)
+                return self._walk_call(function, expr)
             return RuntimeSource(f"call of {_short(expr.op, 40)}")
         if isinstance(expr, relay.Function):
             return RuntimeSource("function")
@@ -385,7 +386,7 @@ class _Lowerer:
         call = self.sites[source.node].call
         return isinstance(_checked_type(call), relay.TensorType)
 
-    def _lower_call(self, function: str, call: relay.Call) -> Source:
+    def _walk_call(self, function: str, call: relay.Call) -> Source:
         node_id = len(self.nodes)
         op: tvm.ir.Op = call.op
         # Each attribute read of a TVM object is an FFI call: read the op's name once per call.
@@ -526,19 +527,19 @@ def _attrs_dict(attrs: Optional[tvm.ir.Attrs]) -> Dict[str, object]:
     return result
 
 
-def lower_relay(
+def walk_relay(
     mod: tvm.IRModule,
     functions: Sequence[Tuple[str, relay.Function]],
     known_conditions: Optional[Mapping[relay.If, bool]] = None,
-) -> LoweredModule:
+) -> Translation:
     """Describe every op call of ``functions`` (already type-checked) as FoldNodes.
 
     An ``If`` on a condition computed from constants is a run-time value until the condition's
     value is known; ``known_conditions`` gives those values (found by evaluating a first plan),
     and each such ``If`` then stands for its chosen branch, as in stock folding.
     """
-    lowerer = _Lowerer(known_conditions or {})
+    walker = _Walker(known_conditions or {})
     for name, func in functions:
-        lowerer.lower_function(name, func)
+        walker.walk_function(name, func)
     read = {name: (mod.get_global_var(name), func) for name, func in functions}
-    return LoweredModule(tuple(lowerer.nodes), tuple(lowerer.sites), read, dict(lowerer.conditions))
+    return Translation(tuple(walker.nodes), tuple(walker.sites), read, dict(walker.conditions))
