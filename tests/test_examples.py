@@ -1,4 +1,9 @@
-"""The built-in example runs as the README says, and prints what it claims."""
+"""The built-in example runs as the README says, and prints what it claims.
+
+``examples/qdq_cnn.py``, the README's command, runs as a user runs it: a subprocess. The other
+examples run as ``__main__`` in this process (``support.inprocess.run_example``), which spares
+each the seconds of importing TVM; what they print is the test.
+"""
 
 import re
 import subprocess
@@ -6,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.inprocess import run_example
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,15 +48,7 @@ def test_qdq_example_keeps_weight_patterns_and_matches_onnxruntime() -> None:
 
 
 def _run_example(name: str) -> str:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return run_example(ROOT / "examples" / name)
 
 
 def test_frontend_annotation_example_keeps_every_weight_pattern_through_stock_folding() -> None:

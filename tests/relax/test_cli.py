@@ -1,10 +1,14 @@
-"""The ``fold-guard`` command, run as a user runs it: a subprocess on real model files.
+"""The ``fold-guard`` command on real model files.
 
     qdq_cnn.onnx ──fold-guard inspect──▶ report (text / JSON against report.schema.json)
                  ──fold-guard fold -o──▶ OUT.json / OUT.py  ==  fgr.fold(...).mod (structurally)
     bad input    ──fold-guard ...──────▶ exit 2, one line on stderr naming it, nothing written
 
-Each model is written once per session from ``_common.onnx_models`` (fixed seeds).
+The commands run in this process (``support.inprocess.run_cli``: ``python -m fold_guard``'s
+``main`` with stdout and stderr captured), which spares each one the seconds of importing TVM;
+what only a real process shows runs as one: the console script (``--version``, ``--help``, bad
+input) and the traceback of ``--debug``. Each model is written once per session from
+``_common.onnx_models`` (fixed seeds).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import onnx
 import pytest
 import tvm
 from _common import onnx_models as om
+from support.inprocess import run_cli
 
 import fold_guard.relax as fgr
 from fold_guard.cli import SCHEMA_PATH
@@ -44,12 +49,17 @@ def model_files(tmp_path_factory) -> Dict[str, Path]:
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """``python -m fold_guard ARGS`` with stdout/stderr captured (so stderr is not a terminal)."""
+    """``python -m fold_guard ARGS`` in this process, stdout/stderr captured (not a terminal)."""
+    return run_cli(*args, cwd=None if cwd == REPO else cwd)
+
+
+def run_process(*args: str) -> subprocess.CompletedProcess:
+    """``python -m fold_guard ARGS`` in a subprocess, stdout/stderr captured."""
     return subprocess.run(
         [sys.executable, "-m", "fold_guard", *args],
         capture_output=True,
         text=True,
-        cwd=cwd,
+        cwd=REPO,
         timeout=300,
     )
 
@@ -343,7 +353,7 @@ def test_bad_input_from_the_console_script_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path):
-    result = run("inspect", str(tmp_path / "missing.onnx"), "--debug")
+    result = run_process("inspect", str(tmp_path / "missing.onnx"), "--debug")
     assert (
         result.returncode != 0 and "Traceback" in result.stderr and "no such file" in result.stderr
     )

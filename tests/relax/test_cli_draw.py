@@ -5,8 +5,10 @@
     resnet50.onnx ──draw -o plan.html─▶ loads without console errors; a search brings a layer into
         view; "kept" shows exactly the kept calls; screenshots of a sane size
 
-``scripts/test.sh`` installs ``chromium`` when it is missing; Playwright only drives it (its own
-browser download, ``playwright install``, is never used).
+The command runs in this process (``support.inprocess.run_cli``): the drawing is what is tested
+here, and test_cli.py runs the command as a process. ``scripts/test.sh`` installs ``chromium``
+when it is missing; Playwright only drives it (its own browser download, ``playwright install``,
+is never used).
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ import json
 import os
 import re
 import struct
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +24,7 @@ import onnx
 import pytest
 from _common import onnx_models as om
 from playwright.sync_api import sync_playwright
+from support.inprocess import run_cli
 
 import fold_guard.relax as fgr
 from fold_guard.cli._categories import CATEGORIES, GROUPS, category_of
@@ -65,10 +66,11 @@ def cnn(tmp_path_factory) -> Path:
 
 
 def draw(model: Path, out: Path, *policy: str) -> None:
-    args = [sys.executable, "-m", "fold_guard", "draw", str(model), "-o", str(out)]
+    """``fold-guard draw MODEL -o OUT [-p POLICY ...]``, in this process (the picture is the test)."""
+    args = ["draw", str(model), "-o", str(out)]
     for name in policy:
         args += ["-p", name]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    result = run_cli(*args)
     assert result.returncode == 0, result.stderr
 
 
@@ -138,11 +140,9 @@ def test_svg_has_a_box_per_call_coloured_by_decision(browser, cnn, tmp_path):
 def test_barriers_and_folds_are_drawn(browser, cnn, tmp_path):
     """An annotated module: every barrier is a thick-outlined red box; default folds show sizes."""
     annotated = tmp_path / "annotated.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "fold_guard", "fold", str(cnn), "-p", "qdq-accelerator",
-         "--annotate", "-o", str(annotated), "-q"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    result = run_cli(
+        "fold", str(cnn), "-p", "qdq-accelerator", "--annotate", "-o", str(annotated), "-q"
+    )
     assert result.returncode == 0, result.stderr
     out = tmp_path / "annotated.svg"
     draw(annotated, out)

@@ -1,27 +1,23 @@
 """scripts/measure_tolerance.py runs here and still finds the margin TOLERANCE_STEPS documents."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from _common import onnx_models
+from support.inprocess import run_example
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_the_relax_import_stays_within_one_step_of_the_reference() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "measure_tolerance.py"), "--json"]
-        + ["--models", "qdq_cnn", "transformer_block", "--seeds", "0", "--inputs", "5"],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    # As ``python scripts/measure_tolerance.py --json ...``, in this process (support.inprocess).
+    stdout = run_example(
+        ROOT / "scripts" / "measure_tolerance.py",
+        ["--json", "--models", "qdq_cnn", "transformer_block", "--seeds", "0", "--inputs", "5"],
     )
-    assert result.returncode == 0, result.stderr
-    records = json.loads(result.stdout)
+    records = json.loads(stdout)
     assert {r["pipeline"] for r in records} == {"relax import"}
     worst = {(r["model"], r["reference"]): r["steps"] for r in records}
     assert set(worst) == {

@@ -1,7 +1,10 @@
-"""``fold-guard --ir relay`` in the Relay environment (hhb-tvm 3.2.3 = TVM 0.16), as a subprocess.
+"""``fold-guard --ir relay`` in the Relay environment (hhb-tvm 3.2.3 = TVM 0.16).
 
 qdq_cnn.onnx ──relay.frontend.from_onnx [──FakeQuantizationToInteger]──▶ Relay module
              ──fold-guard fold --ir relay --fq2i -o OUT.json──▶ == fold_guard.relay.fold(...)
+
+The commands whose output is the test run in this process (``support.inprocess.run_cli``); the
+missing-Relax error runs as a real process, exit status and stderr as a user sees them.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import onnx
 import pytest
 import tvm
 from _common import onnx_models as om
+from support.inprocess import run_cli
 from tvm import relay
 
 import fold_guard.relay as fgr
 
-# Every test here runs the fold-guard command in a fresh process (seconds each): full lane only.
+# Every test here imports, folds or builds a whole model (seconds each): full lane only.
 pytestmark = pytest.mark.slow
 
 
@@ -30,14 +34,14 @@ def cnn(tmp_path_factory) -> Path:
     return path
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
+def run_process(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "fold_guard", *args], capture_output=True, text=True, timeout=600
     )
 
 
 def test_inspect_relay_names_layers_from_spans(cnn):
-    result = run("inspect", str(cnn), "--ir", "relay", "--json")
+    result = run_cli("inspect", str(cnn), "--ir", "relay", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["model"]["ir"] == "relay"
@@ -51,7 +55,7 @@ def test_inspect_relay_names_layers_from_spans(cnn):
 
 def test_fold_fq2i_writes_what_the_library_returns(cnn, tmp_path):
     out = tmp_path / "folded.json"
-    result = run(
+    result = run_cli(
         "fold",
         str(cnn),
         "--ir",
@@ -71,7 +75,7 @@ def test_fold_fq2i_writes_what_the_library_returns(cnn, tmp_path):
 
 
 def test_relax_path_says_what_is_missing(cnn):
-    result = run("inspect", str(cnn))
+    result = run_process("inspect", str(cnn))
     assert result.returncode == 2
     assert result.stderr.startswith(
         "fold-guard: error: --ir relax: fold_guard.relax supports apache-tvm 0.27"

@@ -1,19 +1,19 @@
 """The Relay examples run as their docstrings say, and print what they claim.
 
-Each example runs in a subprocess of this interpreter (the Relay environment), from the repository
-root, as a user would run it; the assertions read the numbers it prints. The model is the QDQ CNN
+Each example runs as ``__main__`` in this interpreter (the Relay environment), from the repository
+root (``support.inprocess.run_example``: no subprocess paying seconds to import TVM again); the
+assertions read the numbers it prints. The model is the QDQ CNN
 of ``onnx_models.make_qdq_cnn(0, float_weights=True)``: 4 convolutions and 1 dense, so 5 weights.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
+from support import inprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 #: qnn.conv2d + qnn.dense in the QDQ CNN after FakeQuantizationToInteger (its 5 weights).
@@ -21,15 +21,7 @@ N_QUANTIZED = 5
 
 
 def run_example(name: str) -> str:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return inprocess.run_example(ROOT / "examples" / name)
 
 
 def line_with(stdout: str, prefix: str) -> str:
