@@ -47,6 +47,7 @@ RELAX_ONLY: Tuple[str, ...] = (
     "tests/relax",
     "fold_guard/relax",
     "examples/_common/relax_byoc.py",
+    "examples/_common/relax_calls.py",
     "tests/test_typecheck.py",
     "tests/test_codespell.py",
     "tests/test_examples.py",
