@@ -34,7 +34,7 @@ A backend registers its own policy once; every API that takes a policy then acce
 
 from __future__ import annotations
 
-from ._core.policy import (
+from ._core.builtin_policies import (
     CAST_OPS,
     DEFAULT_GROWTH_FACTOR,
     DEFAULT_MIN_RESULT_BYTES,
@@ -50,20 +50,19 @@ from ._core.policy import (
     REQUANTIZE_OPS,
     SIZE_GUARD_POLICY,
     WEIGHTS_ONLY_POLICY,
-    CallView,
-    FoldPolicy,
+    size_guard,
+)
+from ._core.policy import CallView, FoldPolicy, Rule, compose
+from ._core.reasons import Action
+from ._core.registry import (
     PolicySpec,
-    Rule,
-    compose,
     get_policy,
     list_policies,
     policy_registry_scope,
     register_policy,
     resolve_policy,
-    size_guard,
     unregister_policy,
 )
-from ._core.reasons import Action
 from ._core.uses import BIAS_OPS, WEIGHT_OPS, is_weight_op
 
 __all__ = [

@@ -5,6 +5,19 @@ Nothing here imports ``tvm``; the Relax and Relay adapters translate their IR in
 """
 
 from .annotate import Annotated, Placement, allow_roots, placements
+from .builtin_policies import (
+    DEFAULT_GROWTH_FACTOR,
+    DEFAULT_MIN_RESULT_BYTES,
+    DEFAULT_POLICY,
+    DEQUANTIZE_OPS,
+    FOLD_QNN_POLICY,
+    KEEP_QDQ_WEIGHTS_POLICY,
+    QDQ_ACCELERATOR_POLICY,
+    QUANTIZE_OPS,
+    SIZE_GUARD_POLICY,
+    WEIGHTS_ONLY_POLICY,
+    size_guard,
+)
 from .errors import (
     ConflictingAnnotationsError,
     FoldGuardError,
@@ -17,32 +30,17 @@ from .errors import (
 )
 from .graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo, dtype_nbytes
 from .planner import ALLOW_RULE, BARRIER_RULE, DEFAULT_RULE, FoldDecision, FoldPlan, plan_folds
-from .policy import (
-    DEFAULT_GROWTH_FACTOR,
-    DEFAULT_MIN_RESULT_BYTES,
-    DEFAULT_POLICY,
-    DEQUANTIZE_OPS,
-    FOLD_QNN_POLICY,
-    KEEP_QDQ_WEIGHTS_POLICY,
-    QDQ_ACCELERATOR_POLICY,
-    QUANTIZE_OPS,
-    SIZE_GUARD_POLICY,
-    WEIGHTS_ONLY_POLICY,
-    CallView,
-    FoldPolicy,
+from .policy import CallView, FoldPolicy, Rule, compose, memory_budget
+from .reasons import Action, Reason
+from .registry import (
     PolicySpec,
-    Rule,
-    compose,
     get_policy,
     list_policies,
-    memory_budget,
     policy_registry_scope,
     register_policy,
     resolve_policy,
-    size_guard,
     unregister_policy,
 )
-from .reasons import Action, Reason
 from .report import FoldReport
 
 __all__ = [

@@ -48,7 +48,7 @@ def allow_roots(wide: FoldPlan, narrow: FoldPlan) -> Tuple[int, ...]:
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
     >>> from fold_guard._core.planner import plan_folds
-    >>> from fold_guard._core.policy import DEFAULT_POLICY, FOLD_QNN_POLICY
+    >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY, FOLD_QNN_POLICY
     >>> t = TensorInfo.of("int8", (4,))
     >>> c = NodeInput(InputKind.CONSTANT, "w", t)
     >>> x = NodeInput(InputKind.RUNTIME, "x", t)
@@ -194,7 +194,7 @@ def placements(
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, NodeInput, TensorInfo
     >>> from fold_guard._core.planner import plan_folds
-    >>> from fold_guard._core.policy import DEFAULT_POLICY, KEEP_QDQ_WEIGHTS_POLICY
+    >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY, KEEP_QDQ_WEIGHTS_POLICY
     >>> i8, f32 = TensorInfo.of("int8", (4,)), TensorInfo.of("float32", (4,))
     >>> w = NodeInput(InputKind.CONSTANT, "w", i8)
     >>> dq = FoldNode(0, "relax.dequantize", "dq", "main", (w,), (f32,))

@@ -70,7 +70,7 @@ def evaluate_until_stable(
     plan and every failure, old and new.
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
-    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY
     >>> t = TensorInfo.of("float32", (4,))
     >>> a = FoldNode(0, "exp", "a", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,))
     >>> b = FoldNode(1, "log", "b", "main", (NodeInput(InputKind.NODE, "a", t, 0),), (t,))
@@ -108,7 +108,7 @@ def pending_levels(plan: FoldPlan, values: Container[int]) -> Iterator[List[Fold
     node with an input that has none (it failed: :func:`has_inputs`) is skipped.
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
-    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY
     >>> t = TensorInfo.of("float32", (4,))
     >>> const = (NodeInput(InputKind.CONSTANT, "c", t),)
     >>> a = FoldNode(0, "exp", "a", "main", const, (t,))
@@ -153,7 +153,7 @@ def releasable(plan: FoldPlan, escaping: AbstractSet[int]) -> Dict[int, Tuple[in
     computed again (:func:`pending_levels` yields every folded node without a value).
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
-    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY
     >>> t = TensorInfo.of("float32", (4,))
     >>> q = FoldNode(0, "quantize", "q", "main", (NodeInput(InputKind.CONSTANT, "w", t),), (t,))
     >>> dq = FoldNode(1, "dequantize", "dq", "main", (NodeInput(InputKind.NODE, "q", t, 0),), (t,))

@@ -33,18 +33,21 @@ value is known before run time to its consumers, so they are on the parameter pa
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from .errors import (
-    ConflictingAnnotationsError,
-    FoldNotPossibleError,
-    PolicyRuleError,
-    PreconditionError,
+from .errors import ConflictingAnnotationsError, PreconditionError
+from .graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput
+from .plan import (
+    ALLOW_RULE,
+    BARRIER_RULE,
+    DEFAULT_RULE,
+    FoldDecision,
+    FoldPlan,
+    evaluation_error,
+    raise_if_not_possible,
 )
-from .graph import Annotation, FoldGraph, FoldNode, InputKind
-from .policy import BUDGET_RULE, CallView, FoldPolicy, Rule
+from .policy import BUDGET_RULE, CallView, FoldPolicy, ask
 from .reasons import Action, Reason
 from .uses import GraphUses
 
@@ -60,108 +63,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("fold_guard")
-
-ALLOW_RULE = "fold_allow"
-BARRIER_RULE = "fold_barrier"
-DEFAULT_RULE = "default"
-
-
-@dataclass(frozen=True)
-class FoldDecision:
-    """The outcome for one node: ``action``, ``reason``, the ``rule`` that decided, and a detail.
-
-    ``root`` is the id of the node where the cause of a keep starts, when it is not this node:
-    the call a rule kept (``KEPT_WITH_INPUT``), the barrier upstream (``KEPT_BY_BARRIER``), or
-    the call that could not be evaluated (``NOT_CONSTANT``); None for run-time inputs.
-    """
-
-    node: int
-    label: str
-    op: str
-    action: Action
-    reason: Reason
-    rule: str = ""
-    detail: str = ""
-    root: Optional[int] = None
-
-    def __str__(self) -> str:
-        rule = f" [{self.rule}]" if self.rule else ""
-        detail = f": {self.detail}" if self.detail else ""
-        return f"{self.label} = {self.op}: {self.reason.text}{rule}{detail}"
-
-
-@dataclass(frozen=True)
-class FoldPlan:
-    """Decisions for every node of ``graph``, in node order, under ``policy_name``."""
-
-    graph: FoldGraph
-    decisions: Tuple[FoldDecision, ...]
-    policy_name: str
-    #: :attr:`folded`, once asked (the plan is immutable; the driver and the rewrite ask often)
-    _folded: Optional[Tuple[FoldDecision, ...]] = field(
-        default=None, init=False, repr=False, compare=False
-    )
-
-    @property
-    def folded(self) -> Tuple[FoldDecision, ...]:
-        if self._folded is None:
-            folded = tuple(d for d in self.decisions if d.action is Action.FOLD)
-            object.__setattr__(self, "_folded", folded)  # frozen; eq and hash ignore it
-            return folded
-        return self._folded
-
-    @property
-    def kept(self) -> Tuple[FoldDecision, ...]:
-        return tuple(d for d in self.decisions if d.action is Action.KEEP)
-
-    @property
-    def lifted(self) -> Tuple[FoldDecision, ...]:
-        """The calls computed ahead of run time from weight parameters (see the module doc)."""
-        return tuple(d for d in self.decisions if d.action is Action.LIFT)
-
-    def folds(self, node_id: int) -> bool:
-        return self.decisions[node_id].action is Action.FOLD
-
-    def lifts(self, node_id: int) -> bool:
-        return self.decisions[node_id].action is Action.LIFT
-
-    def has_constant_inputs(self, node_id: int) -> bool:
-        """Whether every input of the node is a literal constant or a node this plan folds.
-
-        Constant *under this plan*, which is narrower than computing from constants
-        (:meth:`FoldGraph.reachable_from_constants`): a rule that keeps a call upstream makes
-        this false.
-        """
-        return all(
-            inp.kind is InputKind.CONSTANT
-            or (inp.kind is InputKind.NODE and self.folds(inp.source))
-            for inp in self.graph.nodes[node_id].inputs
-        )
-
-    def has_inputs_before_run_time(self, node_id: int) -> bool:
-        """Whether every input is known before run time under this plan.
-
-        That is, a constant, a weight parameter, or a node this plan folds or lifts: the node is
-        on the constant path or on the parameter path, and not downstream of anything kept.
-        """
-        return all(
-            inp.kind in (InputKind.CONSTANT, InputKind.PARAMETER)
-            or (inp.kind is InputKind.NODE and self.decisions[inp.source].action is not Action.KEEP)
-            for inp in self.graph.nodes[node_id].inputs
-        )
-
-    def count_by_reason(self) -> Dict[Reason, int]:
-        counts = Counter(d.reason for d in self.decisions)
-        return {reason: counts[reason] for reason in Reason if counts[reason]}
-
-    def explain(self, *, verbose: bool = True) -> str:
-        """A readable report: counts by reason, then (``verbose``) one line per decision."""
-        counts = ", ".join(f"{n} {reason.text}" for reason, n in self.count_by_reason().items())
-        lines = [f"fold plan under policy {self.policy_name!r}: {counts or 'no calls'}"]
-        if verbose:
-            for node, decision in zip(self.graph.nodes, self.decisions):
-                lines.append(f"  {node.function}: {decision}")
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -207,7 +108,7 @@ def plan_folds(
     >>> x = NodeInput(InputKind.RUNTIME, "x", t)
     >>> g = FoldGraph((FoldNode(0, "relax.exp", "e", "main", (c,), (t,)),
     ...                FoldNode(1, "relax.add", "y", "main", (x, NodeInput(InputKind.NODE, "e", t, 0)), (t,))))
-    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY
     >>> [d.reason.text for d in plan_folds(g, DEFAULT_POLICY).decisions]
     ['folded', 'not constant']
     """
@@ -221,11 +122,11 @@ def plan_folds(
     # ends; without conditional rules (every policy but the QDQ ones) it is one sweep.
     vetoed: Dict[int, str] = {}
     while True:
-        conditional: Set[int] = set()
-        decisions = _sweep(graph, policy, allowed, failures, uses, vetoed, conditional)
+        sweep = _Sweep(graph, policy, allowed, failures, uses, dict(vetoed))
+        decisions = sweep.run()
         unmet = {
             node_id: _unmet_consumer(graph, decisions, uses, node_id)
-            for node_id in sorted(conditional)
+            for node_id in sorted(sweep.conditional)
         }
         unmet = {node_id: why for node_id, why in unmet.items() if why}
         if not unmet:
@@ -240,25 +141,258 @@ def plan_folds(
     return plan
 
 
-def _sweep(
-    graph: FoldGraph,
-    policy: FoldPolicy,
-    allowed: Set[int],
-    failures: Mapping[int, str],
-    uses: GraphUses,
-    vetoed: Mapping[int, str],
-    conditional: Set[int],
-) -> List[FoldDecision]:
-    """Decide every node in order; record in ``conditional`` the nodes a conditional rule folded."""
-    values: Dict[int, _Value] = {}
-    decisions = []
-    for node in graph.nodes:
-        decision, value = _decide(
-            node, graph, policy, values, allowed, failures, uses, vetoed, conditional
+#: A node's decision and the value its consumers see.
+_Outcome = Tuple[FoldDecision, _Value]
+
+
+@dataclass
+class _Sweep:
+    """One forward sweep: the plan's fixed inputs, and the values decided so far.
+
+    ``conditional`` collects the nodes a conditional rule (``Rule.needs_folded_consumers``)
+    folded or lifted, for :func:`plan_folds` to check once the sweep is done.
+    """
+
+    graph: FoldGraph
+    policy: FoldPolicy
+    allowed: Set[int]
+    failures: Mapping[int, str]
+    uses: GraphUses
+    vetoed: Mapping[int, str]
+    conditional: Set[int] = field(default_factory=set)
+    values: Dict[int, _Value] = field(default_factory=dict)
+
+    def run(self) -> List[FoldDecision]:
+        decisions = []
+        for node in self.graph.nodes:
+            decision, self.values[node.id] = _decide(node, self)
+            decisions.append(decision)
+        return decisions
+
+
+class _Verdict:
+    """The three outcomes for one node: keep (with a reason and its cause), fold, lift."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: FoldNode) -> None:
+        self.node = node
+
+    def keep(
+        self, reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None
+    ) -> _Outcome:
+        node = self.node
+        root = None if cause is None else cause.root
+        decision = FoldDecision(
+            node.id, node.label, node.op, Action.KEEP, reason, rule, detail, root
         )
-        values[node.id] = value
-        decisions.append(decision)
-    return decisions
+        return decision, cause or _Value(False, reason, rule, node.label, detail, node.id)
+
+    def fold(self, rule: str, detail: str = "") -> _Outcome:
+        node = self.node
+        decision = FoldDecision(
+            node.id, node.label, node.op, Action.FOLD, Reason.FOLDED, rule, detail
+        )
+        return decision, _Value(True)
+
+    def lift(self, rule: str, detail: str = "") -> _Outcome:
+        node = self.node
+        decision = FoldDecision(
+            node.id, node.label, node.op, Action.LIFT, Reason.LIFTED, rule, detail
+        )
+        return decision, _LIFTED
+
+
+def _decide(node: FoldNode, sweep: _Sweep) -> _Outcome:
+    """The first guard that answers decides, in precedence order; else the policy or the default.
+
+    Like the early returns of TVM's ``ConstantFolder`` (``src/relax/transform/fold_constant.cc``):
+    each guard checks one condition and answers, or passes (None) to the next.
+    """
+    for guard in _GUARDS:
+        outcome = guard(node, sweep)
+        if outcome is not None:
+            return outcome
+    return _by_policy_or_default(
+        node, sweep, _Verdict(node).fold, node.default_fold, node.default_rule
+    )
+
+
+def _barrier(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
+    """A barrier is kept, whatever its operand; its output is never constant."""
+    if node.annotation is not Annotation.BARRIER:
+        return None
+    detail = "the barrier stays; nothing that consumes it folds"
+    if _first_non_constant(node, sweep.values) is None:
+        if all(_is_constant(inp, sweep.values) for inp in node.inputs):
+            detail = "operand is constant; " + detail
+        else:
+            detail = (
+                "operand is computed from weight parameters; the barrier stays; nothing that "
+                "consumes it folds or is lifted"
+            )
+    return _Verdict(node).keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, detail)
+
+
+def _blocked(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
+    """A node that cannot fold whatever the rules say: an input is not known before run time.
+
+    The blocking input is the strongest (:func:`_first_non_constant`); a node that reads only a
+    barrier's static type (``type_source``) is blocked by the barrier too. Another cause that
+    blocks a node before any rule is asked belongs here, as a clause of its own.
+    """
+    blocker = _first_non_constant(node, sweep.values)
+    source = node.type_source
+    if blocker is None and source is not None:
+        if sweep.graph.nodes[source].annotation is Annotation.BARRIER:
+            blocker = sweep.graph.nodes[source].label, sweep.values[source]
+    if blocker is None:
+        return None
+    return _inherit(node, sweep.graph, *blocker)
+
+
+def _inherit(node: FoldNode, graph: FoldGraph, label: str, cause: _Value) -> _Outcome:
+    """Keep ``node``, whose input ``label`` is not constant because of ``cause``."""
+    keep = _Verdict(node).keep
+    allow = node.annotation is Annotation.ALLOW
+    if cause.reason is Reason.KEPT_BY_BARRIER:
+        detail = f"input {label} is downstream of barrier {cause.origin}"
+        return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, detail, cause)
+    if cause.reason is Reason.OVER_BUDGET and allow:
+        # The budget outranks fold_allow: the allow reports the refusal as its own.
+        detail = f"operand {label} cannot fold: {cause.detail}"
+        return keep(Reason.OVER_BUDGET, cause.rule, detail, cause)
+    if cause.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET):
+        root = cause.origin
+        if cause.root is not None:
+            root = f"{cause.origin} = {graph.nodes[cause.root].op}"
+        # The rule is the decision's own ``rule``; the detail names the call it kept.
+        return keep(Reason.KEPT_WITH_INPUT, cause.rule, f"input {label} was kept ({root})", cause)
+    if allow and cause.reason is not Reason.NOT_CONSTANT:
+        # the allow asked for this subgraph to be evaluated: report the root cause
+        where = "" if cause.origin == label else f"{cause.origin}: "
+        detail = f"operand {label} cannot fold: {where}{cause.detail}"
+        return keep(cause.reason, "", detail, cause)
+    if cause is _RUNTIME:
+        # Quoted, because a parameter named "input" read "input input is not constant".
+        runtime = _Value(False, Reason.NOT_CONSTANT, "", label, cause.detail)
+        return keep(Reason.NOT_CONSTANT, "", f"{label!r} is a run-time input", runtime)
+    return keep(Reason.NOT_CONSTANT, "", f"input {label} is not constant", cause)
+
+
+def _over_budget(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
+    """Results larger than ``max_fold_bytes``: kept, decided from the types before allocating.
+
+    Before the allow: the budget outranks it (an allow node allocates nothing itself).
+    """
+    budget = sweep.policy.max_fold_bytes
+    if budget is None or node.annotation is not Annotation.NONE:
+        return None
+    total = sum(out.nbytes for out in node.outputs if out.nbytes is not None)
+    if total <= budget:
+        return None
+    detail = f"its results would take {total} bytes, more than max_fold_bytes={budget}"
+    return _Verdict(node).keep(Reason.OVER_BUDGET, BUDGET_RULE, detail)
+
+
+def _parameter_path(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
+    """A node computed from weight parameters: the same precedence, with lift in place of fold.
+
+    The stock lifting rule comes first, as ``unfoldable`` does for folding: neither a policy nor
+    an allow can make the IR's lifting pass move a call it never moves.
+    """
+    if not any(
+        inp.kind is InputKind.PARAMETER
+        or (inp.kind is InputKind.NODE and sweep.values[inp.source].lifted)
+        for inp in node.inputs
+    ):
+        return None
+    verdict = _Verdict(node)
+    if node.lift_rule:
+        return verdict.keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.lift_rule)
+    if node.annotation is Annotation.ALLOW:
+        return verdict.lift(ALLOW_RULE, "operand is computed from weight parameters")
+    if node.id in sweep.allowed:
+        return verdict.lift(ALLOW_RULE, "inside a fold_allow subgraph")
+    return _by_policy_or_default(node, sweep, verdict.lift, True, "")
+
+
+def _eval_failed(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
+    if node.id not in sweep.failures:
+        return None
+    return _Verdict(node).keep(Reason.EVAL_FAILED, "", sweep.failures[node.id])
+
+
+def _allow(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
+    if node.annotation is not Annotation.ALLOW:
+        return None
+    return _Verdict(node).fold(ALLOW_RULE, "operand is constant; the annotation is removed")
+
+
+def _unfoldable(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
+    """A call the adapter can never evaluate (impure, unsupported, dynamic shape)."""
+    if node.unfoldable is None:
+        return None
+    return _Verdict(node).keep(node.unfoldable, "", node.unfoldable_detail)
+
+
+def _in_allowed_cone(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
+    if node.id not in sweep.allowed:
+        return None
+    return _Verdict(node).fold(ALLOW_RULE, "inside a fold_allow subgraph")
+
+
+#: The guard clauses of :func:`_decide`, strongest first (RFC.md, "Decisions", rows 1 to 7).
+_GUARDS: Tuple[Callable[[FoldNode, _Sweep], Optional[_Outcome]], ...] = (
+    _barrier,
+    _blocked,
+    _over_budget,
+    _parameter_path,
+    _eval_failed,
+    _allow,
+    _unfoldable,
+    _in_allowed_cone,
+)
+
+
+def _by_policy_or_default(
+    node: FoldNode,
+    sweep: _Sweep,
+    act: Callable[[str, str], _Outcome],
+    default_acts: bool,
+    default_rule: str,
+) -> _Outcome:
+    """Rows 8 and 9, on either path: the policy's first rule that answers, else the IR's default.
+
+    ``act`` folds (or, on the parameter path, lifts); without a rule that answers, the call is
+    acted on when ``default_acts``, else kept with the stock ``default_rule``'s text. A rule
+    vetoed here (its consumers did not act with it in an earlier sweep) is skipped, and a
+    conditional rule's act is recorded in ``sweep.conditional``.
+    """
+    keep = _Verdict(node).keep
+    policy, veto = sweep.policy, sweep.vetoed.get(node.id, "")
+    if node.lowered and policy.reads_ops:
+        raise _lowered_call_error(node, policy)
+    view = CallView(node, sweep.graph, sweep.uses)
+    verdict = ask(policy, view, skip_conditional=bool(veto))
+    if verdict is not None:
+        action, rule = verdict
+        detail = f"{rule.description} ({veto})" if veto else rule.description
+        if action is Action.KEEP:
+            return keep(Reason.KEPT_BY_POLICY, rule.name, detail)
+        if rule.needs_folded_consumers:
+            sweep.conditional.add(node.id)
+        return act(rule.name, detail)
+    if default_acts:
+        return act(DEFAULT_RULE, veto)
+    detail = f"{default_rule} ({veto})" if veto else default_rule
+    return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, detail)
+
+
+def _is_constant(inp: NodeInput, values: Mapping[int, _Value]) -> bool:
+    return inp.kind is InputKind.CONSTANT or (
+        inp.kind is InputKind.NODE and values[inp.source].constant
+    )
 
 
 def _unmet_consumer(
@@ -309,250 +443,7 @@ def _allowed_cone(graph: FoldGraph) -> Set[int]:
     return allowed
 
 
-def _decide(
-    node: FoldNode,
-    graph: FoldGraph,
-    policy: FoldPolicy,
-    values: Mapping[int, _Value],
-    allowed: Set[int],
-    failures: Mapping[int, str],
-    uses: GraphUses,
-    vetoed: Mapping[int, str],
-    conditional: Set[int],
-) -> Tuple[FoldDecision, _Value]:
-    def keep(
-        reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None
-    ) -> Tuple[FoldDecision, _Value]:
-        root = None if cause is None else cause.root
-        decision = FoldDecision(
-            node.id, node.label, node.op, Action.KEEP, reason, rule, detail, root
-        )
-        return decision, cause or _Value(False, reason, rule, node.label, detail, node.id)
-
-    def fold(rule: str, detail: str = "") -> Tuple[FoldDecision, _Value]:
-        decision = FoldDecision(
-            node.id, node.label, node.op, Action.FOLD, Reason.FOLDED, rule, detail
-        )
-        return decision, _Value(True)
-
-    def lift(rule: str, detail: str = "") -> Tuple[FoldDecision, _Value]:
-        decision = FoldDecision(
-            node.id, node.label, node.op, Action.LIFT, Reason.LIFTED, rule, detail
-        )
-        return decision, _LIFTED
-
-    if node.annotation is Annotation.BARRIER:
-        detail = "the barrier stays; nothing that consumes it folds"
-        if _first_non_constant(node, values) is None:
-            constant = all(
-                inp.kind is InputKind.CONSTANT
-                or (inp.kind is InputKind.NODE and values[inp.source].constant)
-                for inp in node.inputs
-            )
-            if constant:
-                detail = "operand is constant; " + detail
-            else:
-                detail = (
-                    "operand is computed from weight parameters; the barrier stays; nothing that "
-                    "consumes it folds or is lifted"
-                )
-        return keep(Reason.KEPT_BY_BARRIER, BARRIER_RULE, detail)
-
-    blocker = _first_non_constant(node, values)
-    if (
-        blocker is None
-        and node.type_source is not None
-        and graph.nodes[node.type_source].annotation is Annotation.BARRIER
-    ):
-        barrier = graph.nodes[node.type_source]
-        blocker = barrier.label, values[barrier.id]
-    if blocker is not None:
-        label, cause = blocker
-        if cause.reason is Reason.KEPT_BY_BARRIER:
-            return keep(
-                Reason.KEPT_BY_BARRIER,
-                BARRIER_RULE,
-                f"input {label} is downstream of barrier {cause.origin}",
-                cause,
-            )
-        if cause.reason is Reason.OVER_BUDGET and node.annotation is Annotation.ALLOW:
-            # The budget outranks fold_allow: the allow reports the refusal as its own.
-            return keep(
-                Reason.OVER_BUDGET,
-                cause.rule,
-                f"operand {label} cannot fold: {cause.detail}",
-                cause,
-            )
-        if cause.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET):
-            root = (
-                f"{cause.origin} = {graph.nodes[cause.root].op}"
-                if cause.root is not None
-                else cause.origin
-            )
-            # The rule is the decision's own ``rule``; the detail names the call it kept.
-            detail = f"input {label} was kept ({root})"
-            return keep(Reason.KEPT_WITH_INPUT, cause.rule, detail, cause)
-        if node.annotation is Annotation.ALLOW and cause.reason is not Reason.NOT_CONSTANT:
-            # the allow asked for this subgraph to be evaluated: report the root cause
-            where = "" if cause.origin == label else f"{cause.origin}: "
-            return keep(
-                cause.reason, "", f"operand {label} cannot fold: {where}{cause.detail}", cause
-            )
-        if cause is _RUNTIME:
-            # Quoted, because a parameter named "input" read "input input is not constant".
-            runtime = _Value(False, Reason.NOT_CONSTANT, "", label, cause.detail)
-            return keep(Reason.NOT_CONSTANT, "", f"{label!r} is a run-time input", runtime)
-        return keep(Reason.NOT_CONSTANT, "", f"input {label} is not constant", cause)
-
-    over = _over_budget(node, policy.max_fold_bytes)
-    if over:
-        # Before the allow: the budget outranks it. Decided from the types, before anything is
-        # allocated; an allow node itself allocates nothing (it is its operand's value).
-        return keep(Reason.OVER_BUDGET, BUDGET_RULE, over)
-    if any(
-        inp.kind is InputKind.PARAMETER
-        or (inp.kind is InputKind.NODE and values[inp.source].lifted)
-        for inp in node.inputs
-    ):
-        return _decide_lift(node, graph, policy, allowed, uses, keep, lift, vetoed, conditional)
-    if node.id in failures:
-        return keep(Reason.EVAL_FAILED, "", failures[node.id])
-    if node.annotation is Annotation.ALLOW:
-        return fold(ALLOW_RULE, "operand is constant; the annotation is removed")
-    if node.unfoldable is not None:
-        return keep(node.unfoldable, "", node.unfoldable_detail)
-    if node.id in allowed:
-        return fold(ALLOW_RULE, "inside a fold_allow subgraph")
-    return _by_policy_or_default(
-        node,
-        graph,
-        policy,
-        uses,
-        keep,
-        fold,
-        node.default_fold,
-        node.default_rule,
-        vetoed,
-        conditional,
-    )
-
-
-class _Keep(Protocol):
-    def __call__(
-        self, reason: Reason, rule: str = ..., detail: str = ..., cause: Optional[_Value] = ...
-    ) -> Tuple[FoldDecision, _Value]: ...
-
-
-class _Act(Protocol):
-    """Fold, or (on the parameter path) lift."""
-
-    def __call__(self, rule: str, detail: str = ...) -> Tuple[FoldDecision, _Value]: ...
-
-
-def _by_policy_or_default(
-    node: FoldNode,
-    graph: FoldGraph,
-    policy: FoldPolicy,
-    uses: GraphUses,
-    keep: _Keep,
-    act: _Act,
-    default_acts: bool,
-    default_rule: str,
-    vetoed: Mapping[int, str],
-    conditional: Set[int],
-) -> Tuple[FoldDecision, _Value]:
-    """Rows 8 and 9, on either path: the policy's first rule that answers, else the IR's default.
-
-    ``act`` folds (or, on the parameter path, lifts); without a rule that answers, the call is
-    acted on when ``default_acts``, else kept with the stock ``default_rule``'s text. A rule
-    ``vetoed`` here (its consumers did not act with it in an earlier sweep) is skipped, and a
-    conditional rule's act is recorded in ``conditional``.
-    """
-    if node.lowered and policy.reads_ops:
-        raise _lowered_call_error(node, policy)
-    veto = vetoed.get(node.id, "")
-    view = CallView(node, graph, uses)
-    # Asked without the keyword unless needed: a subclass's decide(call) keeps working.
-    answer = policy.decide(view, skip_conditional=True) if veto else policy.decide(view)
-    verdict = _checked_verdict(policy, node, answer)
-    if verdict is not None:
-        action, rule = verdict
-        detail = f"{rule.description} ({veto})" if veto else rule.description
-        if action is Action.FOLD:
-            if rule.needs_folded_consumers:
-                conditional.add(node.id)
-            return act(rule.name, detail)
-        return keep(Reason.KEPT_BY_POLICY, rule.name, detail)
-    if default_acts:
-        return act(DEFAULT_RULE, veto)
-    return keep(
-        Reason.KEPT_BY_POLICY, DEFAULT_RULE, f"{default_rule} ({veto})" if veto else default_rule
-    )
-
-
-def _decide_lift(
-    node: FoldNode,
-    graph: FoldGraph,
-    policy: FoldPolicy,
-    allowed: Set[int],
-    uses: GraphUses,
-    keep: _Keep,
-    lift: _Act,
-    vetoed: Mapping[int, str],
-    conditional: Set[int],
-) -> Tuple[FoldDecision, _Value]:
-    """The parameter path (module doc): the fold path's precedence, with lift in place of fold.
-
-    The stock lifting rule comes first, as ``unfoldable`` does for folding: neither a policy nor
-    an allow can make the IR's lifting pass move a call it never moves.
-    """
-    if node.lift_rule:
-        return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, node.lift_rule)
-    if node.annotation is Annotation.ALLOW:
-        return lift(ALLOW_RULE, "operand is computed from weight parameters")
-    if node.id in allowed:
-        return lift(ALLOW_RULE, "inside a fold_allow subgraph")
-    return _by_policy_or_default(
-        node, graph, policy, uses, keep, lift, True, "", vetoed, conditional
-    )
-
-
-def _checked_verdict(
-    policy: FoldPolicy, node: FoldNode, verdict: object
-) -> Optional[Tuple[Action, Rule]]:
-    """``verdict`` as ``FoldPolicy.decide`` promises it (None or ``(Action, Rule)``), else an error.
-
-    A subclass may override ``decide``; what it returns is checked here, so a wrong answer
-    names the policy instead of failing deep in the planner.
-    """
-    if verdict is None:
-        return None
-    if (
-        isinstance(verdict, tuple)
-        and len(verdict) == 2
-        and verdict[0] in (Action.FOLD, Action.KEEP)
-        and isinstance(verdict[1], Rule)
-    ):
-        return verdict
-    raise PolicyRuleError(
-        f"policy {policy.name!r} ({type(policy).__name__}.decide) returned {verdict!r} for "
-        f"{node.label} = {node.op} in function {node.function}; hint: decide must return None "
-        "(no opinion) or a pair (Action, Rule), the rule that chose the action"
-    )
-
-
-def _over_budget(node: FoldNode, max_fold_bytes: Optional[int]) -> str:
-    """Why ``node``'s results exceed the budget ("" when they do not, or there is none)."""
-    if max_fold_bytes is None or node.annotation is not Annotation.NONE:
-        return ""
-    sizes = [out.nbytes for out in node.outputs]
-    total = sum(size for size in sizes if size is not None)
-    if total <= max_fold_bytes:
-        return ""
-    return f"its results would take {total} bytes, more than max_fold_bytes={max_fold_bytes}"
-
-
-# The cause a run-time input gives; ``_decide`` tells it apart by identity to word its detail.
+# The cause a run-time input gives; ``_inherit`` tells it apart by identity to word its detail.
 _RUNTIME = _Value(False, Reason.NOT_CONSTANT, "", "", "a run-time input")
 
 _CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2, Reason.OVER_BUDGET: 2}
@@ -593,24 +484,3 @@ def _lowered_call_error(node: FoldNode, policy: FoldPolicy) -> PreconditionError
         "import writes the policy into the module as fold_barrier / fold_allow, which every later "
         "pipeline keeps), or fold this module under 'default' or a size_guard"
     )
-
-
-def evaluation_error(node: FoldNode, detail: str) -> FoldNotPossibleError:
-    """The error ``strict=True`` raises when evaluating ``node`` failed with ``detail``."""
-    return FoldNotPossibleError(
-        f"function {node.function}: evaluating {node.label} = {node.op} failed: {detail}. "
-        "Hint: pass strict=False to keep the call and continue"
-    )
-
-
-def raise_if_not_possible(plan: FoldPlan) -> None:
-    """What ``strict=True`` refuses: a failed evaluation, or a ``fold_allow`` that was kept."""
-    for node, decision in zip(plan.graph.nodes, plan.decisions):
-        if decision.reason is Reason.EVAL_FAILED:
-            raise evaluation_error(node, decision.detail)
-        if node.annotation is Annotation.ALLOW and decision.action is Action.KEEP:
-            raise FoldNotPossibleError(
-                f"function {node.function}: {node.label} = fold_allow(...) cannot fold: "
-                f"{decision.reason.text}{': ' + decision.detail if decision.detail else ''}. "
-                "Hint: fold_allow needs an operand computed from constants only"
-            )

@@ -1,81 +1,35 @@
-"""Fold policies: ordered rules that say fold, keep, or nothing about a constant call.
+"""Fold policies as data: the view a rule sees of a call, rules, and policies built of rules.
 
 A policy only ever sees calls whose inputs are all constant (the planner asks nothing else), so a
 rule such as "keep dequantize of an integer tensor" means "keep dequantize of an integer
 *constant*". The first rule that matches decides; when none matches the IR's default applies
 (what the stock ``FoldConstant`` of that IR would do). Policies compose by concatenating rules.
 
-The registry of named policies is the one piece of module-global state that changes an answer
-(``_serial`` lists the rest, caches that never do): backends register their policy once, and any
-API that takes a policy then accepts its name.
+The built-in policies are in :mod:`fold_guard._core.builtin_policies`, the registry of named
+policies in :mod:`fold_guard._core.registry`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import difflib
 import numbers
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Mapping, Optional, Tuple
 
-from .errors import PolicyRuleError, PreconditionError, UnknownPolicyError
+from .errors import PolicyRuleError, PreconditionError
 from .graph import FoldGraph, FoldNode, InputKind, TensorInfo
-from .op_names import OP_TABLES
 from .reasons import Action
 from .uses import GraphUses
 
 __all__ = [
     "BUDGET_RULE",
-    "CAST_OPS",
-    "DEFAULT_GROWTH_FACTOR",
-    "DEFAULT_MIN_RESULT_BYTES",
-    "DEFAULT_POLICY",
-    "DEQUANTIZE_OPS",
-    "FOLD_QNN_POLICY",
-    "KEEP_LOW_PRECISION_WEIGHTS_POLICY",
-    "KEEP_QDQ_WEIGHTS_POLICY",
-    "KEEP_REQUANTIZE_POLICY",
-    "LOW_PRECISION_FLOATS",
-    "QDQ_ACCELERATOR_POLICY",
-    "QUANTIZE_OPS",
-    "REQUANTIZE_OPS",
-    "SIZE_GUARD_POLICY",
-    "WEIGHTS_ONLY_POLICY",
     "CallView",
     "FoldPolicy",
-    "PolicySpec",
     "Rule",
+    "ask",
+    "check_budget",
     "compose",
-    "get_policy",
-    "list_policies",
     "memory_budget",
-    "policy_registry_scope",
-    "register_policy",
-    "resolve_policy",
-    "size_guard",
-    "unregister_policy",
-    "with_budget",
 ]
-
-#: The quantize, dequantize, requantize and cast ops of every IR (from
-#: :mod:`fold_guard._core.op_names`).
-QUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.quantize)
-DEQUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.dequantize)
-REQUANTIZE_OPS = frozenset(name for table in OP_TABLES for name in table.requantize)
-CAST_OPS = frozenset(name for table in OP_TABLES for name in table.cast)
-#: Float dtypes a weight may be stored in at half the bytes of float32 (or less).
-LOW_PRECISION_FLOATS = frozenset({"float16", "bfloat16"})
-
-
-def _is_quantized_op(op: str) -> bool:
-    return any(table.is_quantized_op(op) for table in OP_TABLES)
-
-
-#: A fold whose result is more than this many times the bytes of its constant inputs is a
-#: broadcast, tile or creation op in disguise: it trades a cheap run-time op for a big constant.
-DEFAULT_GROWTH_FACTOR = 4.0
-#: Results below this size are never worth keeping for size: the constant costs less than the call.
-DEFAULT_MIN_RESULT_BYTES = 4096
 
 
 class CallView:
@@ -256,7 +210,7 @@ class FoldPolicy:
     max_fold_bytes: Optional[int] = None
 
     def __post_init__(self) -> None:
-        _check_budget(self.max_fold_bytes)
+        check_budget(self.max_fold_bytes)
         if not isinstance(self.rules, tuple) or not all(
             isinstance(rule, Rule) for rule in self.rules
         ):
@@ -302,6 +256,7 @@ class FoldPolicy:
 def compose(*policies: FoldPolicy, name: Optional[str] = None) -> FoldPolicy:
     """One policy whose rules are those of ``policies`` in order (earlier policies win).
 
+    >>> from fold_guard._core.builtin_policies import KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY
     >>> compose(KEEP_QDQ_WEIGHTS_POLICY, SIZE_GUARD_POLICY).name
     'keep-qdq-weights+size-guard'
     """
@@ -315,7 +270,7 @@ def compose(*policies: FoldPolicy, name: Optional[str] = None) -> FoldPolicy:
     return FoldPolicy(joined, description, rules, min(budgets) if budgets else None)
 
 
-def _check_budget(max_fold_bytes: object) -> None:
+def check_budget(max_fold_bytes: object) -> None:
     if max_fold_bytes is None:
         return
     if (
@@ -332,10 +287,11 @@ def _check_budget(max_fold_bytes: object) -> None:
 def memory_budget(max_fold_bytes: int, *, name: Optional[str] = None) -> FoldPolicy:
     """A policy with no rules and an absolute budget: compose it with others to cap any fold.
 
+    >>> from fold_guard._core.builtin_policies import KEEP_QDQ_WEIGHTS_POLICY
     >>> compose(KEEP_QDQ_WEIGHTS_POLICY, memory_budget(2**20)).max_fold_bytes
     1048576
     """
-    _check_budget(max_fold_bytes)
+    check_budget(max_fold_bytes)
     return FoldPolicy(
         name or f"max-fold-bytes-{max_fold_bytes}",
         f"never evaluate a call whose results take more than {max_fold_bytes} bytes",
@@ -344,354 +300,30 @@ def memory_budget(max_fold_bytes: int, *, name: Optional[str] = None) -> FoldPol
     )
 
 
-def with_budget(spec: PolicySpec, max_fold_bytes: Optional[int]) -> FoldPolicy:
-    """``spec`` resolved, with ``max_fold_bytes`` as its budget (the tighter one if it has one).
+def ask(
+    policy: FoldPolicy, call: CallView, *, skip_conditional: bool = False
+) -> Optional[Tuple[Action, Rule]]:
+    """``policy.decide(call)``, checked: None or ``(Action, Rule)``, else :class:`PolicyRuleError`.
 
-    The policy keeps its name, so reports still say which policy decided.
+    A subclass may override ``decide``; what it returns is checked here, so a wrong answer
+    names the policy instead of failing deep in the planner.
     """
-    policy = resolve_policy(spec)
-    _check_budget(max_fold_bytes)
-    if max_fold_bytes is None:
-        return policy
-    budgets = [int(max_fold_bytes)] + (
-        [policy.max_fold_bytes] if policy.max_fold_bytes is not None else []
+    node = call.node
+    # Asked without the keyword unless needed: a subclass's decide(call) keeps working.
+    verdict = (
+        policy.decide(call, skip_conditional=True) if skip_conditional else policy.decide(call)
     )
-    return FoldPolicy(policy.name, policy.description, policy.rules, min(budgets))
-
-
-def _is_dequantize_of_integer(call: CallView) -> bool:
-    if call.op not in DEQUANTIZE_OPS or not call.input_dtypes:
-        return False
-    dtype = call.input_dtypes[0] or ""
-    return dtype.startswith("int") or dtype.startswith("uint")
-
-
-def _reads_only_as_quantize_data(call: CallView) -> bool:
-    """Every call that reads the result is a quantize, reading it as its data (first) operand."""
-    consumers = call.uses.consumers[call.node.id]
-    return bool(consumers) and all(
-        _is_quantize_of(call.graph.nodes[user], call.node.id) for user in consumers
-    )
-
-
-def _is_quantize_of(user: FoldNode, source: int) -> bool:
-    if user.op not in QUANTIZE_OPS or not user.inputs:
-        return False
-    data, *params = user.inputs
-    reads_data = data.kind is InputKind.NODE and data.node == source
-    return reads_data and not any(
-        inp.kind is InputKind.NODE and inp.node == source for inp in params
-    )
-
-
-def _starts_requantize_chain(call: CallView) -> bool:
-    """``dequantize(integer constant)`` read only by quantizes: the first step of a requantize."""
-    return _is_dequantize_of_integer(call) and _reads_only_as_quantize_data(call)
-
-
-def _is_requantize_of_integer(call: CallView) -> bool:
-    """A requantize op (Relay's ``qnn.requantize``) of an integer constant."""
-    if call.op not in REQUANTIZE_OPS or not call.input_dtypes:
-        return False
-    dtype = call.input_dtypes[0] or ""
-    return dtype.startswith("int") or dtype.startswith("uint")
-
-
-def _is_requantize_step(call: CallView) -> bool:
-    """Either form of a requantize of a constant: a dequantize -> quantize pair, or one op."""
-    return _starts_requantize_chain(call) or _is_requantize_of_integer(call)
-
-
-def _is_low_precision_weight_cast(call: CallView) -> bool:
-    """A cast of a float16 / bfloat16 constant to a wider float whose result feeds only weights."""
-    if call.op not in CAST_OPS or len(call.input_dtypes) != 1 or len(call.outputs) != 1:
-        return False
-    source, target = call.input_dtypes[0], call.outputs[0].dtype
-    return (
-        source in LOW_PRECISION_FLOATS
-        and target in ("float32", "float64")
-        and call.feeds_only_weights
-    )
-
-
-def _is_real(value: object) -> bool:
-    """An int or float, not a bool (``True`` is an int in Python, but never meant as a size)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def size_guard(
-    growth_factor: float = DEFAULT_GROWTH_FACTOR,
-    *,
-    min_result_bytes: int = DEFAULT_MIN_RESULT_BYTES,
-    name: str = "size-guard",
-) -> FoldPolicy:
-    """A policy that keeps folds whose result is much larger than their constant inputs.
-
-    A call is kept when its result takes at least ``min_result_bytes`` and more than
-    ``growth_factor`` times the bytes of its constant inputs (so ``zeros((1024, 1024))``, a
-    broadcast of a scalar, or a ``tile`` stay as run-time ops).
-
-    >>> guard = size_guard(2.0)
-    >>> guard.rules[0].name
-    'size-guard'
-    """
-    if not _is_real(growth_factor) or not growth_factor > 0:
-        raise PreconditionError(
-            f"size_guard growth_factor must be a number > 0, got {growth_factor!r}"
-        )
-    if not _is_real(min_result_bytes) or min_result_bytes < 0:
-        raise PreconditionError(
-            f"size_guard min_result_bytes must be a number >= 0, got {min_result_bytes!r}"
-        )
-
-    def grows_too_much(call: CallView) -> bool:
-        result = call.result_nbytes
-        if result is None or result < min_result_bytes:
-            return False
-        return result > growth_factor * call.constant_input_nbytes
-
-    rule = Rule(
-        name,
-        Action.KEEP,
-        f"keep a fold whose result is >= {min_result_bytes} bytes and more than "
-        f"{growth_factor:g}x the bytes of its constant inputs",
-        grows_too_much,
-        reads_ops=False,
-    )
-    return FoldPolicy(name, "keep folds that would materialise large constants", (rule,))
-
-
-DEFAULT_POLICY = FoldPolicy(
-    "default", "exactly what the IR's stock FoldConstant folds (no rules of its own)", ()
-)
-
-
-def _is_quantized_compute_op(call: CallView) -> bool:
-    return _is_quantized_op(call.op) and call.op not in QUANTIZE_OPS | DEQUANTIZE_OPS
-
-
-_KEEP_DEQUANTIZE_OF_INTEGER = Rule(
-    "keep-dequantize-of-integer-constant",
-    Action.KEEP,
-    "dequantize of an integer constant stays, so backends can match weight Q/DQ patterns",
-    _is_dequantize_of_integer,
-)
-_FOLD_QUANTIZE_OF_CONSTANT = Rule(
-    "fold-quantize-of-constant",
-    Action.FOLD,
-    "quantize of a constant becomes an integer constant",
-    lambda call: call.op in QUANTIZE_OPS,
-)
-# A weight that arrives as dequantize(int W) -> quantize(s2) -> dequantize -> op: without these,
-# the first dequantize is kept (its operand is an integer constant) and nothing after it is
-# constant, so the whole chain runs at run time. Folded, the chain is one integer constant at the
-# last scale with only the final dequantize kept: the plain QDQ weight the backend matches.
-_FOLD_REQUANTIZE_CHAIN = Rule(
-    "fold-requantize-chain",
-    Action.FOLD,
-    "dequantize of an integer constant read only by quantizes folds with them into one integer "
-    "constant at the last scale (only where they fold too)",
-    _starts_requantize_chain,
-    needs_folded_consumers=True,
-)
-_FOLD_REQUANTIZE_OF_CONSTANT = Rule(
-    "fold-requantize-of-constant",
-    Action.FOLD,
-    "requantize of an integer constant (a dequantize -> quantize pair in one op) becomes an "
-    "integer constant at its output scale",
-    _is_requantize_of_integer,
-)
-_KEEP_LOW_PRECISION_WEIGHT_CAST = Rule(
-    "keep-low-precision-weight-cast",
-    Action.KEEP,
-    "a cast of a float16 / bfloat16 constant to a wider float that feeds only weights stays, so "
-    "the backend receives the low-precision weight instead of a float32 copy",
-    _is_low_precision_weight_cast,
-)
-
-KEEP_QDQ_WEIGHTS_POLICY = FoldPolicy(
-    "keep-qdq-weights",
-    "fold quantize(constant) into integer constants, keep dequantize(integer constant) for "
-    "QDQ pattern matching; a requantize chain folds to one integer constant at its last scale, "
-    "and a float16 / bfloat16 weight keeps its cast",
-    (
-        _FOLD_REQUANTIZE_CHAIN,
-        _KEEP_DEQUANTIZE_OF_INTEGER,
-        _FOLD_QUANTIZE_OF_CONSTANT,
-        _FOLD_REQUANTIZE_OF_CONSTANT,
-        _KEEP_LOW_PRECISION_WEIGHT_CAST,
-    ),
-)
-
-QDQ_ACCELERATOR_POLICY = FoldPolicy(
-    "qdq-accelerator",
-    "for backends that offload quantized patterns: weights become integer constants, while the "
-    "weight and bias dequantize and every other quantized op on constants stay for the pattern "
-    "table (composed before fold-qnn, these rules still win); a requantize chain folds to one "
-    "integer constant at its last scale, and a float16 / bfloat16 weight keeps its cast",
-    (
-        _FOLD_REQUANTIZE_CHAIN,
-        _KEEP_DEQUANTIZE_OF_INTEGER,
-        _FOLD_REQUANTIZE_OF_CONSTANT,
-        Rule(
-            "keep-quantized-ops",
-            Action.KEEP,
-            "a QNN op other than quantize / dequantize / requantize (qnn.conv2d, qnn.add, ...) "
-            "stays unlowered even on constants",
-            _is_quantized_compute_op,
-        ),
-        _FOLD_QUANTIZE_OF_CONSTANT,
-        _KEEP_LOW_PRECISION_WEIGHT_CAST,
-    ),
-)
-
-KEEP_REQUANTIZE_POLICY = FoldPolicy(
-    "keep-requantize",
-    "keep the requantize boundary of a weight (compose it before a QDQ policy: "
-    "['keep-requantize', 'keep-qdq-weights'])",
-    (
-        Rule(
-            "keep-requantize-boundary",
-            Action.KEEP,
-            "a requantize of an integer constant stays (a dequantize read only by quantizes, or "
-            "one requantize op), so the backend sees both scales",
-            _is_requantize_step,
-        ),
-    ),
-)
-
-KEEP_LOW_PRECISION_WEIGHTS_POLICY = FoldPolicy(
-    "keep-low-precision-weights",
-    "keep the cast of a float16 / bfloat16 weight; the rest as the IR's default (compose it with "
-    "weights-only or a backend's policy)",
-    (_KEEP_LOW_PRECISION_WEIGHT_CAST,),
-)
-
-WEIGHTS_ONLY_POLICY = FoldPolicy(
-    "weights-only",
-    "fold only what ends as a weight or bias input of conv / matmul / dense; every other "
-    "constant call stays (those that feed weights fold as the IR's default says)",
-    (
-        Rule(
-            "keep-non-weight-constants",
-            Action.KEEP,
-            "the result does not end only as weight or bias inputs of conv / matmul / dense",
-            lambda call: not call.feeds_only_weights,
-        ),
-    ),
-)
-
-SIZE_GUARD_POLICY = size_guard()
-
-FOLD_QNN_POLICY = FoldPolicy(
-    "fold-qnn",
-    "every constant QNN call folds too: Relay's FoldConstant(fold_qnn=True); on Relax, same as default",
-    (
-        Rule(
-            "fold-qnn-ops",
-            Action.FOLD,
-            "a QNN op with constant inputs is lowered and evaluated, as FoldConstant(fold_qnn=True) does",
-            lambda call: _is_quantized_op(call.op),
-        ),
-    ),
-)
-
-PolicySpec = Union[str, FoldPolicy, Sequence[Union[str, FoldPolicy]]]
-
-_BUILTINS = (
-    DEFAULT_POLICY,
-    FOLD_QNN_POLICY,
-    KEEP_LOW_PRECISION_WEIGHTS_POLICY,
-    KEEP_QDQ_WEIGHTS_POLICY,
-    KEEP_REQUANTIZE_POLICY,
-    QDQ_ACCELERATOR_POLICY,
-    SIZE_GUARD_POLICY,
-    WEIGHTS_ONLY_POLICY,
-)
-_REGISTRY: Dict[str, FoldPolicy] = {policy.name: policy for policy in _BUILTINS}
-
-
-def register_policy(
-    policy: FoldPolicy, *, name: Optional[str] = None, replace: bool = False
-) -> FoldPolicy:
-    """Register ``policy`` under ``name`` (default ``policy.name``); return it.
-
-    A name that is already registered is an error unless ``replace=True``.
-
-    >>> with policy_registry_scope():
-    ...     _ = register_policy(size_guard(2.0, name="my-npu"))
-    ...     get_policy("my-npu").name
-    'my-npu'
-    """
-    if not isinstance(policy, FoldPolicy):
-        raise PreconditionError(
-            f"register_policy expects a FoldPolicy, got {type(policy).__name__}; "
-            "build one with FoldPolicy(name, description, rules) or compose(...)"
-        )
-    key = name or policy.name
-    if key in _REGISTRY and not replace:
-        raise PreconditionError(
-            f"a policy named {key!r} is already registered; pass replace=True to override it"
-        )
-    if key != policy.name:
-        policy = FoldPolicy(key, policy.description, policy.rules, policy.max_fold_bytes)
-    _REGISTRY[key] = policy
-    return policy
-
-
-def unregister_policy(name: str) -> None:
-    """Remove a registered policy (built-ins included; use policy_registry_scope in tests)."""
-    if name not in _REGISTRY:
-        raise UnknownPolicyError(_unknown_message(name))
-    del _REGISTRY[name]
-
-
-def get_policy(name: str) -> FoldPolicy:
-    """The policy registered under ``name``; UnknownPolicyError lists the known names."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownPolicyError(_unknown_message(name)) from None
-
-
-def list_policies() -> Tuple[FoldPolicy, ...]:
-    """Every registered policy, sorted by name (``policy.describe()`` lists its rules)."""
-    return tuple(_REGISTRY[name] for name in sorted(_REGISTRY))
-
-
-def resolve_policy(spec: PolicySpec) -> FoldPolicy:
-    """Turn a name, a FoldPolicy, or a sequence of both (composed in order) into one FoldPolicy.
-
-    >>> resolve_policy(["keep-qdq-weights", "size-guard"]).name
-    'keep-qdq-weights+size-guard'
-    """
-    if isinstance(spec, FoldPolicy):
-        return spec
-    if isinstance(spec, str):
-        return get_policy(spec)
-    if isinstance(spec, (list, tuple)) and spec:
-        return compose(*(resolve_policy(item) for item in spec))
-    raise PreconditionError(
-        f"policy must be a registered name, a FoldPolicy or a non-empty list of them, got {spec!r}; "
-        f"known names: {', '.join(sorted(_REGISTRY))}"
-    )
-
-
-@contextlib.contextmanager
-def policy_registry_scope() -> Iterator[None]:
-    """Restore the registry to its current contents on exit (for tests and notebooks)."""
-    saved = dict(_REGISTRY)
-    try:
-        yield
-    finally:
-        _REGISTRY.clear()
-        _REGISTRY.update(saved)
-
-
-def _unknown_message(name: str) -> str:
-    close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1, cutoff=0.6)
-    suggestion = f"did you mean {close[0]!r}? " if close else ""
-    return (
-        f"unknown fold policy {name!r}; {suggestion}registered policies: {', '.join(sorted(_REGISTRY))}. "
-        "Register a backend policy with fold_guard.register_policy(FoldPolicy(...)) first"
+    if verdict is None:
+        return None
+    if (
+        isinstance(verdict, tuple)
+        and len(verdict) == 2
+        and verdict[0] in (Action.FOLD, Action.KEEP)
+        and isinstance(verdict[1], Rule)
+    ):
+        return verdict
+    raise PolicyRuleError(
+        f"policy {policy.name!r} ({type(policy).__name__}.decide) returned {verdict!r} for "
+        f"{node.label} = {node.op} in function {node.function}; hint: decide must return None "
+        "(no opinion) or a pair (Action, Rule), the rule that chose the action"
     )

@@ -225,7 +225,7 @@ def summarize(
     --------
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput
     >>> from fold_guard._core.planner import plan_folds
-    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY
     >>> t = TensorInfo.of("float32", (4,))
     >>> g = FoldGraph((FoldNode(0, "relax.exp", "e", "main", (NodeInput(InputKind.CONSTANT, "c", t),), (t,)),))
     >>> summarize(plan_folds(g, DEFAULT_POLICY))["counts"]["by_reason"]
@@ -339,7 +339,7 @@ def format_summary(plan: FoldPlan, report: Mapping[str, object], *, verbose: boo
 
     >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput
     >>> from fold_guard._core.planner import plan_folds
-    >>> from fold_guard._core.policy import DEFAULT_POLICY
+    >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY
     >>> t = TensorInfo.of("float32", (4,))
     >>> x = NodeInput(InputKind.RUNTIME, "input", t)
     >>> plan = plan_folds(FoldGraph((FoldNode(0, "relax.exp", "e", "main", (x,), (t,)),)), DEFAULT_POLICY)

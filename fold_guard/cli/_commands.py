@@ -18,7 +18,8 @@ import tempfile
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
 
 from .. import __version__
-from .._core.policy import FoldPolicy, list_policies, with_budget
+from .._core.policy import FoldPolicy
+from .._core.registry import list_policies, with_budget
 from .._core.summary import format_decision, format_summary
 from . import _check
 from ._categories import category_of, selected

@@ -9,9 +9,10 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .._core.annotate import Annotated, Placement, placements
+from .._core.builtin_policies import DEFAULT_POLICY
 from .._core.graph import Annotation
 from .._core.planner import plan_folds
-from .._core.policy import DEFAULT_POLICY, PolicySpec
+from .._core.registry import PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
 from ._ops import fold_allow, fold_barrier

@@ -21,7 +21,8 @@ from .._core.driver import evaluate_until_stable, releasable
 from .._core.errors import PlanInvariantError, PreconditionError
 from .._core.graph import FoldGraph, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
-from .._core.policy import FoldPolicy, PolicySpec, resolve_policy, with_budget
+from .._core.policy import FoldPolicy
+from .._core.registry import PolicySpec, resolve_policy, with_budget
 from .._core.report import FoldResult, StepTimer, fold_result
 from .._pass_context import isolated_pass_context
 from .._serial import serialized

@@ -9,10 +9,11 @@ import tvm
 from tvm import relay
 
 from .._core.annotate import Annotated, Placement, placements
+from .._core.builtin_policies import DEFAULT_POLICY, FOLD_QNN_POLICY
 from .._core.errors import PreconditionError
 from .._core.graph import Annotation
 from .._core.planner import plan_folds
-from .._core.policy import DEFAULT_POLICY, FOLD_QNN_POLICY, PolicySpec
+from .._core.registry import PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
 from ._ops import fold_allow, fold_barrier

@@ -20,8 +20,8 @@ from fold_guard._core import (
     plan_folds,
 )
 from fold_guard._core.annotate import Annotated, placements
+from fold_guard._core.builtin_policies import QDQ_ACCELERATOR_POLICY, WEIGHTS_ONLY_POLICY
 from fold_guard._core.graph import TensorInfo
-from fold_guard._core.policy import QDQ_ACCELERATOR_POLICY, WEIGHTS_ONLY_POLICY
 from fold_guard._core.uses import GraphUses
 
 I8, F32 = ("int8", (8, 4)), ("float32", (8, 4))

@@ -30,7 +30,11 @@ from fold_guard._core import (
     plan_folds,
 )
 from fold_guard._core.annotate import Annotated, placements
-from fold_guard._core.policy import KEEP_QDQ_WEIGHTS_POLICY, WEIGHTS_ONLY_POLICY, size_guard
+from fold_guard._core.builtin_policies import (
+    KEEP_QDQ_WEIGHTS_POLICY,
+    WEIGHTS_ONLY_POLICY,
+    size_guard,
+)
 from fold_guard._core.summary import summarize
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

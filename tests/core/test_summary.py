@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from graphdsl import G
 
+from fold_guard._core.builtin_policies import KEEP_QDQ_WEIGHTS_POLICY
 from fold_guard._core.planner import plan_folds
-from fold_guard._core.policy import KEEP_QDQ_WEIGHTS_POLICY
 from fold_guard._core.report import FoldReport
 from fold_guard._core.summary import SCHEMA_VERSION, format_summary, summarize
 

@@ -29,7 +29,7 @@ from tvm.script import relax as R
 import _fold_guard_cli
 import fold_guard.relax as fgr
 from fold_guard import policy_registry_scope
-from fold_guard._core.policy import with_budget
+from fold_guard._core.registry import with_budget
 from fold_guard.cli._categories import category_of, selected
 
 REPO = Path(__file__).resolve().parents[2]
