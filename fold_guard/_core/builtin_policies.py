@@ -9,9 +9,11 @@ of a float16 weight?) through :mod:`fold_guard._core.op_names`, so one rule serv
 from __future__ import annotations
 
 import numbers
+from typing import FrozenSet, Optional
 
 from .errors import PreconditionError
 from .graph import FoldNode, InputKind
+from .kernel_names import CAST, DEQUANTIZE, QUANTIZE, kernel_role
 from .op_names import OP_TABLES
 from .policy import CallView, FoldPolicy, Rule
 from .reasons import Action
@@ -57,11 +59,41 @@ DEFAULT_GROWTH_FACTOR = 4.0
 DEFAULT_MIN_RESULT_BYTES = 4096
 
 
+def _is_integer(dtype: Optional[str]) -> bool:
+    return (dtype or "").startswith(("int", "uint"))
+
+
+def _is_float(dtype: Optional[str]) -> bool:
+    return (dtype or "").startswith(("float", "bfloat"))
+
+
+def _computes(node: FoldNode, ops: FrozenSet[str], role: str) -> bool:
+    """``node`` is one of ``ops``, or a lowered call whose kernel name says it computes ``role``
+    (:mod:`fold_guard._core.kernel_names`: ``call_tir(dequantize, ...)`` after LegalizeOps)."""
+    if node.lowered:
+        return kernel_role(node.callee) == role
+    return node.op in ops
+
+
 def _is_dequantize_of_integer(call: CallView) -> bool:
-    if call.op not in DEQUANTIZE_OPS or not call.input_dtypes:
-        return False
-    dtype = call.input_dtypes[0] or ""
-    return dtype.startswith("int") or dtype.startswith("uint")
+    """A dequantize (op or kernel: LegalizeOps', MLC-LLM's, CUTLASS's decode) of an integer
+    constant: its first operand, the weight (packed ``uint32`` / ``int8`` / ``int4`` included)."""
+    return (
+        _computes(call.node, DEQUANTIZE_OPS, DEQUANTIZE)
+        and bool(call.input_dtypes)
+        and _is_integer(call.input_dtypes[0])
+    )
+
+
+def _is_quantize_of_constant(call: CallView) -> bool:
+    """A quantize op of a constant, or a quantize / encode kernel of a float constant."""
+    if not call.lowered:
+        return call.op in QUANTIZE_OPS
+    return (
+        kernel_role(call.callee) == QUANTIZE
+        and bool(call.input_dtypes)
+        and _is_float(call.input_dtypes[0])
+    )
 
 
 def _reads_only_as_quantize_data(call: CallView) -> bool:
@@ -73,7 +105,7 @@ def _reads_only_as_quantize_data(call: CallView) -> bool:
 
 
 def _is_quantize_of(user: FoldNode, source: int) -> bool:
-    if user.op not in QUANTIZE_OPS or not user.inputs:
+    if not _computes(user, QUANTIZE_OPS, QUANTIZE) or not user.inputs:
         return False
     data, *params = user.inputs
     reads_data = data.kind is InputKind.NODE and data.node == source
@@ -102,7 +134,9 @@ def _is_requantize_step(call: CallView) -> bool:
 
 def _is_low_precision_weight_cast(call: CallView) -> bool:
     """A cast of a float16 / bfloat16 constant to a wider float whose result feeds only weights."""
-    if call.op not in CAST_OPS or len(call.input_dtypes) != 1 or len(call.outputs) != 1:
+    if not _computes(call.node, CAST_OPS, CAST):
+        return False
+    if len(call.input_dtypes) != 1 or len(call.outputs) != 1:
         return False
     source, target = call.input_dtypes[0], call.outputs[0].dtype
     return (
@@ -171,14 +205,16 @@ def _is_quantized_compute_op(call: CallView) -> bool:
 _KEEP_DEQUANTIZE_OF_INTEGER = Rule(
     "keep-dequantize-of-integer-constant",
     Action.KEEP,
-    "dequantize of an integer constant stays, so backends can match weight Q/DQ patterns",
+    "dequantize of an integer constant (or a dequantize / decode kernel of one) stays, so "
+    "backends can match weight Q/DQ and decode-matmul patterns",
     _is_dequantize_of_integer,
 )
 _FOLD_QUANTIZE_OF_CONSTANT = Rule(
     "fold-quantize-of-constant",
     Action.FOLD,
-    "quantize of a constant becomes an integer constant",
-    lambda call: call.op in QUANTIZE_OPS,
+    "quantize of a constant (or a quantize / encode kernel of a float constant) becomes an "
+    "integer constant",
+    _is_quantize_of_constant,
 )
 # A weight that arrives as dequantize(int W) -> quantize(s2) -> dequantize -> op: without these,
 # the first dequantize is kept (its operand is an integer constant) and nothing after it is

@@ -156,7 +156,11 @@ class FoldNode:
     (``LiftTransformParams``) lifts this call once its inputs are known before run time, else the
     stock rule that keeps it at run time (outside a dataflow block, ``stop_lift_params``). ``lowered`` marks a
     call that is already a compiled-kernel call (Relax ``call_tir``, as after ``LegalizeOps``):
-    its ``op`` no longer says what it computes. ``type_source`` names the node whose static
+    its ``op`` no longer says what it computes, ``callee`` does: the kernel's name (a PrimFunc's
+    ``global_symbol``, else its ``GlobalVar`` name; an extern's name for a packed call), with
+    ``op_pattern`` where ``AnnotateTIROpPattern`` set one (TVM's ``OpPatternKind``: 0
+    elementwise, 1 broadcast, 2 injective, 3 comm-reduce, 4 out-elementwise-fusable, 7 opaque).
+    ``type_source`` names the node whose static
     *type* alone gives this node's value (Relay ``shape_of`` of a statically shaped operand): the
     node reads no input value, so it has no input for it, but it still counts as consuming that
     node's output where it matters, i.e. it is kept when that node is a barrier.
@@ -177,6 +181,8 @@ class FoldNode:
     lift_rule: str = ""
     lowered: bool = False
     type_source: Optional[int] = None
+    callee: str = ""
+    op_pattern: Optional[int] = None
 
     @property
     def where(self) -> str:

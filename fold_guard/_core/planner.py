@@ -1,24 +1,14 @@
 """Deciding, for every call of a FoldGraph, whether it folds and why.
 
 Precedence, from strongest to weakest: ``fold_barrier`` > ``fold_allow`` > policy > the IR's
-default. In one forward pass over the topologically ordered nodes:
-
-* a value is *constant* when it is a literal constant or the output of a node that folds;
-* a barrier is always kept and its output is never constant, so nothing downstream folds, not
-  even a node whose value only needs the barrier's static type (``FoldNode.type_source``);
-* a node with a non-constant input is kept, with the cause inherited from that input
-  (a barrier upstream gives ``KEPT_BY_BARRIER``, a call kept by a rule upstream gives
-  ``KEPT_WITH_INPUT`` with that rule and ``root`` naming the kept call, anything else
-  ``NOT_CONSTANT``);
-* a node the adapter cannot evaluate keeps its own reason (impure, unsupported, dynamic shape,
-  or an evaluation failure reported back by the adapter);
-* a node in the backward cone of a ``fold_allow`` operand (stopping at barriers) folds;
-* otherwise the policy's first matching rule decides, and without one the IR's default does;
-  a rule that folds only with its consumers (``Rule.needs_folded_consumers``) is checked on the
-  finished sweep, and where a consumer does not fold the node is decided again without it.
-
-An allow node whose operand is constant folds (the annotation disappears). The planner never
-mutates anything: it returns a frozen :class:`FoldPlan`.
+default, decided in one forward sweep over the topologically ordered nodes by guard clauses
+(:data:`_GUARDS`, RFC.md "Decisions"). A value is *constant* when it is a literal or the output
+of a node that folds; a barrier's output never is. A node with a non-constant input inherits
+the cause (``KEPT_BY_BARRIER``, ``KEPT_WITH_INPUT`` naming the rule and ``root``, or
+``NOT_CONSTANT``). A rule that folds only with its consumers (``Rule.needs_folded_consumers``)
+is checked on the finished sweep and vetoed where a consumer does not fold. A lowered call no
+rule recognises follows the policy's ``lowered_fallback``. Nothing is mutated: the result is a
+frozen :class:`FoldPlan`.
 
 **The parameter path.** A weight passed as a function parameter (``InputKind.PARAMETER``) is
 known before run time, but not to this pass: a node that computes from such weights (and
@@ -36,7 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from .errors import ConflictingAnnotationsError, PreconditionError
+from .allowed import allowed_cone, check_annotations
 from .graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput
 from .plan import (
     ALLOW_RULE,
@@ -55,6 +45,7 @@ __all__ = [
     "ALLOW_RULE",
     "BARRIER_RULE",
     "DEFAULT_RULE",
+    "UNRECOGNISED_KERNEL_RULE",
     "FoldDecision",
     "FoldPlan",
     "evaluation_error",
@@ -63,6 +54,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("fold_guard")
+
+#: The rule a lowered call no rule recognised is kept by, under ``lowered_fallback=Action.KEEP``.
+UNRECOGNISED_KERNEL_RULE = "lowered_fallback"
 
 
 @dataclass(frozen=True)
@@ -113,8 +107,8 @@ def plan_folds(
     ['folded', 'not constant']
     """
     failures = dict(eval_failures or {})
-    _check_annotations(graph)
-    allowed = _allowed_cone(graph)
+    check_annotations(graph)
+    allowed = allowed_cone(graph)
     uses = GraphUses(graph)
     # Step 1. Sweep forward. A conditional fold (a rule with ``needs_folded_consumers``) can only
     # be checked once its consumers are decided: each sweep that leaves one with a consumer that
@@ -265,7 +259,8 @@ def _inherit(node: FoldNode, graph: FoldGraph, label: str, cause: _Value) -> _Ou
     if cause.reason in (Reason.KEPT_BY_POLICY, Reason.OVER_BUDGET):
         root = cause.origin
         if cause.root is not None:
-            root = f"{cause.origin} = {graph.nodes[cause.root].op}"
+            kept = graph.nodes[cause.root]
+            root = f"{cause.origin} = {kept.op}" + (f"({kept.callee})" if kept.callee else "")
         # The rule is the decision's own ``rule``; the detail names the call it kept.
         return keep(Reason.KEPT_WITH_INPUT, cause.rule, f"input {label} was kept ({root})", cause)
     if allow and cause.reason is not Reason.NOT_CONSTANT:
@@ -371,8 +366,6 @@ def _by_policy_or_default(
     """
     keep = _Verdict(node).keep
     policy, veto = sweep.policy, sweep.vetoed.get(node.id, "")
-    if node.lowered and policy.reads_ops:
-        raise _lowered_call_error(node, policy)
     view = CallView(node, sweep.graph, sweep.uses)
     verdict = ask(policy, view, skip_conditional=bool(veto))
     if verdict is not None:
@@ -383,10 +376,37 @@ def _by_policy_or_default(
         if rule.needs_folded_consumers:
             sweep.conditional.add(node.id)
         return act(rule.name, detail)
+    if node.lowered and policy.reads_ops:
+        return _unrecognised_kernel(node, policy, act, default_acts, default_rule)
     if default_acts:
         return act(DEFAULT_RULE, veto)
     detail = f"{default_rule} ({veto})" if veto else default_rule
     return keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, detail)
+
+
+def _unrecognised_kernel(
+    node: FoldNode,
+    policy: FoldPolicy,
+    act: Callable[[str, str], _Outcome],
+    default_acts: bool,
+    default_rule: str,
+) -> _Outcome:
+    """A lowered call no rule of an op-reading policy answered for: the policy's stated fallback.
+
+    The report says so, since the rules may have meant it (a kernel named as no flow we know
+    names it); ``FoldPolicy.lowered_fallback`` says whether it stays or the default decides.
+    """
+    what = (
+        f"lowered call to kernel {node.callee or '?'} not recognised by the rules of policy "
+        f"{policy.name!r}"
+    )
+    if policy.lowered_fallback is Action.KEEP:
+        detail = f"{what}; kept (the policy's lowered_fallback)"
+        return _Verdict(node).keep(Reason.KEPT_BY_POLICY, UNRECOGNISED_KERNEL_RULE, detail)
+    if default_acts:
+        return act(DEFAULT_RULE, f"{what}; the IR's default folds it")
+    detail = f"{what}; the IR's default keeps it: {default_rule}"
+    return _Verdict(node).keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, detail)
 
 
 def _is_constant(inp: NodeInput, values: Mapping[int, _Value]) -> bool:
@@ -408,39 +428,6 @@ def _unmet_consumer(
             what = "does not fold" if action is Action.FOLD else "is not lifted"
             return f"{rule} did not apply: {consumer.label} = {consumer.op} {what}"
     return ""
-
-
-def _check_annotations(graph: FoldGraph) -> None:
-    for node in graph.nodes:
-        if node.annotation is not Annotation.ALLOW:
-            continue
-        for inp in node.inputs:
-            if (
-                inp.kind is InputKind.NODE
-                and graph.nodes[inp.source].annotation is Annotation.BARRIER
-            ):
-                barrier = graph.nodes[inp.source]
-                raise ConflictingAnnotationsError(
-                    f"conflicting annotations in {node.function}: {node.label} = fold_allow"
-                    f"({barrier.label}) where {barrier.label} = fold_barrier(...); a value cannot be "
-                    "both folded and kept behind a barrier. Hint: put fold_allow on the barrier's "
-                    "operand instead, i.e. fold_barrier(fold_allow(x))"
-                )
-
-
-def _allowed_cone(graph: FoldGraph) -> Set[int]:
-    """Nodes upstream of a fold_allow operand, not crossing barriers."""
-    allowed: Set[int] = set()
-    for node in reversed(graph.nodes):
-        if node.annotation is not Annotation.ALLOW and node.id not in allowed:
-            continue
-        for inp in node.inputs:
-            if (
-                inp.kind is InputKind.NODE
-                and graph.nodes[inp.source].annotation is not Annotation.BARRIER
-            ):
-                allowed.add(inp.source)
-    return allowed
 
 
 # The cause a run-time input gives; ``_inherit`` tells it apart by identity to word its detail.
@@ -472,15 +459,3 @@ def _first_non_constant(
             if found is None or rank < found[0]:
                 found = (rank, inp.label, value)
     return None if found is None else (found[1], found[2])
-
-
-def _lowered_call_error(node: FoldNode, policy: FoldPolicy) -> PreconditionError:
-    rules = ", ".join(rule.name for rule in policy.rules if rule.reads_ops)
-    return PreconditionError(
-        f"function {node.function}: {node.label} = {node.op} has constant inputs, but the module is "
-        f"already lowered (LegalizeOps turned its ops into kernel calls), and policy "
-        f"{policy.name!r} decides by op name ({rules}): it cannot tell what this call computes. "
-        "Hint: annotate before lowering (fold_guard.relax.annotate(mod, policy=...) right after the "
-        "import writes the policy into the module as fold_barrier / fold_allow, which every later "
-        "pipeline keeps), or fold this module under 'default' or a size_guard"
-    )

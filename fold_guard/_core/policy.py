@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Optional, Tuple
 
 from .errors import PolicyRuleError, PreconditionError
 from .graph import FoldGraph, FoldNode, InputKind, TensorInfo
+from .kernel_names import kernel_role
 from .reasons import Action
 from .uses import GraphUses
 
@@ -38,6 +39,18 @@ class CallView:
     "Constant" includes weights passed as parameters (Relax ``num_input``): a rule decides the
     same whether a weight is a constant (its verdict is a fold or a keep) or a parameter (a
     lift ahead of run time or a keep); :attr:`reads_parameters` tells the two apart.
+
+    **Lowered calls.** A call into a kernel (Relax ``call_tir`` of a PrimFunc, after
+    ``LegalizeOps`` or from a quantizer such as MLC-LLM's) has ``op == "relax.call_tir"``;
+    :attr:`lowered` is True, :attr:`callee` names the kernel (the PrimFunc's ``global_symbol``,
+    else its ``GlobalVar`` name), :attr:`op_pattern` is its ``op_pattern`` attribute where
+    ``AnnotateTIROpPattern`` set one (else None), and :attr:`kernel_role` is what the kernel's
+    name says it computes (``"dequantize"``, ``"quantize"``, ``"cast"``, ...; the list is
+    :mod:`fold_guard._core.kernel_names`). The inputs are the kernel's tensor operands (the
+    fields of call_tir's tuple argument, packed ``uint32`` / ``int8`` / ``int4`` / ``float8``
+    included): :attr:`input_dtypes`, :attr:`input_tensors` (shapes, bytes) and
+    :meth:`input_is_constant_literal`; :attr:`outputs` are its results. A lowered call has no
+    operator attributes: reading :attr:`attrs` of one is a :class:`PreconditionError`.
 
     ``uses`` is shared by every view of one plan, so graph-wide facts (consumers, which values
     feed only weights) are computed once per graph, not once per call.
@@ -62,7 +75,36 @@ class CallView:
 
     @property
     def attrs(self) -> Mapping[str, object]:
+        """The operator's attributes; a lowered call has none to read (it is a kernel call)."""
+        if self.node.lowered:
+            raise PreconditionError(
+                f"function {self.node.function}: {self.node.label} = {self.op}({self.callee}) is "
+                "a call into a kernel, not an operator: it has no operator attributes to read. "
+                "Hint: decide lowered calls by call.callee / call.kernel_role and the operands' "
+                "dtypes, or annotate before LegalizeOps"
+            )
         return self.node.attrs
+
+    @property
+    def lowered(self) -> bool:
+        """True for a call into a kernel (``call_tir``, ``call_dps_packed``, ...), not an operator."""
+        return self.node.lowered
+
+    @property
+    def callee(self) -> str:
+        """The kernel a lowered call calls (PrimFunc ``global_symbol`` / ``GlobalVar`` name, or the
+        extern's name); "" for an operator call."""
+        return self.node.callee
+
+    @property
+    def op_pattern(self) -> Optional[int]:
+        """The kernel's ``op_pattern`` (TVM ``OpPatternKind``) where ``AnnotateTIROpPattern`` set it."""
+        return self.node.op_pattern
+
+    @property
+    def kernel_role(self) -> Optional[str]:
+        """What a lowered call's kernel name says it computes (:func:`~fold_guard._core.kernel_names.kernel_role`)."""
+        return kernel_role(self.node.callee) if self.node.lowered else None
 
     @property
     def input_tensors(self) -> Tuple[Optional[TensorInfo], ...]:
@@ -116,10 +158,11 @@ class Rule:
     """One named rule: when ``matches(call)`` holds, the call gets ``action``.
 
     ``reads_ops`` says whether the rule decides from op names (the call's, its consumers'). Such a
-    rule cannot see what an already-lowered kernel call computes, so the planner refuses to ask it
-    about one rather than let it fall through to the default unnoticed. It is True unless a rule
-    says otherwise, because a backend's predicate usually names ops; ``size_guard`` reads only
-    sizes.
+    rule may not recognise a lowered kernel call (``call.op`` is ``relax.call_tir``; the kernel is
+    ``call.callee``): where no rule of a policy that reads op names answers for a lowered call,
+    the report says the call was not recognised and the policy's ``lowered_fallback`` decides.
+    It is True unless a rule says otherwise, because a backend's predicate usually names ops;
+    ``size_guard`` reads only sizes.
 
     ``needs_folded_consumers`` makes a fold rule conditional: it folds a call only where every
     call that reads the result folds too. A rule cannot know that when the planner asks it (the
@@ -172,6 +215,8 @@ class Rule:
         where = f"policy {policy_name!r}, rule {self.name!r}, on {call.node.function}: {call.node.label} = {call.op}"
         try:
             answer = self.matches(call)
+        except PreconditionError:
+            raise  # the view refused a question it cannot answer (CallView.attrs of a kernel call)
         except Exception as err:
             raise PolicyRuleError(
                 f"{where}: the predicate raised {type(err).__name__}: {err}"
@@ -208,9 +253,15 @@ class FoldPolicy:
     description: str
     rules: Tuple[Rule, ...] = ()
     max_fold_bytes: Optional[int] = None
+    lowered_fallback: Optional[Action] = None
 
     def __post_init__(self) -> None:
         check_budget(self.max_fold_bytes)
+        if self.lowered_fallback not in (None, Action.KEEP):
+            raise PreconditionError(
+                f"policy {self.name!r}: lowered_fallback must be None (the IR's default) or "
+                f"Action.KEEP, got {self.lowered_fallback!r}"
+            )
         if not isinstance(self.rules, tuple) or not all(
             isinstance(rule, Rule) for rule in self.rules
         ):
@@ -267,7 +318,15 @@ def compose(*policies: FoldPolicy, name: Optional[str] = None) -> FoldPolicy:
     description = "; then ".join(policy.description for policy in policies)
     # the tightest budget wins: each policy's budget is a limit, never a permission
     budgets = [policy.max_fold_bytes for policy in policies if policy.max_fold_bytes is not None]
-    return FoldPolicy(joined, description, rules, min(budgets) if budgets else None)
+    # likewise a keep for unrecognised kernels is a limit: one policy asking for it is enough
+    keep = any(policy.lowered_fallback is Action.KEEP for policy in policies)
+    return FoldPolicy(
+        joined,
+        description,
+        rules,
+        min(budgets) if budgets else None,
+        Action.KEEP if keep else None,
+    )
 
 
 def check_budget(max_fold_bytes: object) -> None:

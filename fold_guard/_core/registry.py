@@ -8,6 +8,7 @@ policy then accepts its name. It starts out holding the built-ins.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 from typing import Dict, Iterator, Optional, Sequence, Tuple, Union
 
@@ -55,7 +56,7 @@ def register_policy(
             f"a policy named {key!r} is already registered; pass replace=True to override it"
         )
     if key != policy.name:
-        policy = FoldPolicy(key, policy.description, policy.rules, policy.max_fold_bytes)
+        policy = dataclasses.replace(policy, name=key)
     _REGISTRY[key] = policy
     return policy
 
@@ -130,4 +131,4 @@ def with_budget(spec: PolicySpec, max_fold_bytes: Optional[int]) -> FoldPolicy:
     budgets = [int(max_fold_bytes)] + (
         [policy.max_fold_bytes] if policy.max_fold_bytes is not None else []
     )
-    return FoldPolicy(policy.name, policy.description, policy.rules, min(budgets))
+    return dataclasses.replace(policy, max_fold_bytes=min(budgets))

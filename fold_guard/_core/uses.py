@@ -10,7 +10,7 @@ constants only (annotations included, looked through), reaches a call that also 
 value, and enters it as
 
 * any operand of a weight op (convolution, dense, matmul: the operand that is not the
-  activation), or
+  activation), or of a lowered call of a weight kernel (``call_tir(conv2d, ...)``), or
 * the bias of a bias op: ``nn.bias_add``, or an ``add`` whose other operand is the output of a
   weight op.
 
@@ -21,9 +21,10 @@ a constant that feeds a weight and is also returned still feeds only weights.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Dict, FrozenSet, Mapping, Set, Tuple
+from typing import Dict, FrozenSet, Mapping, Optional, Set, Tuple
 
 from .graph import Annotation, FoldGraph, FoldNode, InputKind
+from .kernel_names import ADD, WEIGHT, kernel_role
 from .op_names import OP_TABLES
 
 __all__ = ["BIAS_OPS", "WEIGHT_OPS", "GraphUses", "is_weight_op"]
@@ -39,6 +40,15 @@ _BIAS_ADD_OPS: FrozenSet[str] = frozenset(name for table in OP_TABLES for name i
 BIAS_OPS: FrozenSet[str] = _BIAS_ADD_OPS | frozenset(
     name for table in OP_TABLES for name in table.add
 )
+
+
+def _lowered_role(node: FoldNode) -> Optional[str]:
+    return kernel_role(node.callee) if node.lowered else None
+
+
+def _is_weight_call(node: FoldNode) -> bool:
+    """A weight op, or a lowered call of a weight kernel (``call_tir(conv2d, ...)``)."""
+    return is_weight_op(node.op) or _lowered_role(node) == WEIGHT
 
 
 def is_weight_op(op: str) -> bool:
@@ -116,9 +126,9 @@ class GraphUses:
         return node_id in self.weight_feeders
 
     def _is_weight_edge(self, user: FoldNode, source: int) -> bool:
-        if is_weight_op(user.op):
+        if _is_weight_call(user):
             return True
-        if user.op not in BIAS_OPS:
+        if not (user.op in BIAS_OPS or _lowered_role(user) == ADD):
             return False
         if user.op in _BIAS_ADD_OPS:
             return any(inp.kind is InputKind.NODE and inp.node == source for inp in user.inputs[1:])
@@ -137,4 +147,4 @@ class GraphUses:
             and node.inputs[0].kind is InputKind.NODE
         ):
             node = self.graph.nodes[node.inputs[0].source]
-        return is_weight_op(node.op)
+        return _is_weight_call(node)

@@ -21,7 +21,9 @@ from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
 
 __all__ = [
+    "KERNEL_CALL_OPS",
     "attrs_of",
+    "callee_of",
     "check_annotation",
     "check_call_tir",
     "check_normalized",
@@ -75,6 +77,39 @@ def check_call_tir(mod: tvm.IRModule, call: relax.Call) -> Tuple[Optional[Reason
     if not isinstance(mod[callee], tvm.tirx.PrimFunc):
         return Reason.UNSUPPORTED, f"call_tir target {callee.name_hint} is not a PrimFunc"
     return None, ""
+
+
+#: Ops whose first argument is the thing called (a PrimFunc's GlobalVar or an extern), with the
+#: tensor operands in a tuple after it: calls into a kernel rather than an operator.
+KERNEL_CALL_OPS = frozenset(
+    {
+        "relax.call_tir",
+        "relax.call_tir_inplace",
+        "relax.call_tir_with_grad",
+        "relax.call_dps_packed",
+        "relax.call_pure_packed",
+        "relax.call_inplace_packed",
+    }
+)
+
+
+def callee_of(mod: tvm.IRModule, call: relax.Call) -> Tuple[str, Optional[int]]:
+    """The kernel a kernel call calls, and its ``op_pattern`` where ``AnnotateTIROpPattern`` set one.
+
+    The name is the PrimFunc's ``global_symbol`` (what TVM's fusions read as ``name_hint`` is the
+    GlobalVar's; a module keeps the two equal), else the GlobalVar's name, or an extern's name.
+    """
+    callee = call.args[0] if call.args else None
+    if isinstance(callee, relax.ExternFunc):
+        return str(callee.global_symbol), None
+    if not isinstance(callee, tvm.ir.GlobalVar):
+        return "", None
+    func = mod.functions.get(callee) if callee in mod.functions else None
+    attrs = getattr(func, "attrs", None)
+    symbol = attrs.get("global_symbol") if attrs is not None else None
+    pattern = attrs.get("op_pattern") if attrs is not None else None
+    name = str(symbol) if symbol is not None else callee.name_hint
+    return name, None if pattern is None else int(pattern)
 
 
 def tensor_info(ty) -> TensorInfo:

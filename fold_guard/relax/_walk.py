@@ -37,7 +37,9 @@ from . import _compat
 from ._leaves import OPAQUE, WEIGHT, Bound, Env, Leaves, Scope, add_leaf
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
 from ._read import (
+    KERNEL_CALL_OPS,
     attrs_of,
+    callee_of,
     check_annotation,
     check_call_tir,
     check_normalized,
@@ -86,6 +88,8 @@ class _Facts:
     default_fold: bool
     default_rule: str
     lift_rule: str
+    callee: str = ""
+    op_pattern: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -203,7 +207,9 @@ def _node(
         default_fold=default_fold,
         default_rule=default_rule,
         lift_rule=facts.lift_rule,
-        lowered=site.kind is SiteKind.CALL_TIR,
+        lowered=bool(facts.callee) or site.kind is SiteKind.CALL_TIR,
+        callee=facts.callee,
+        op_pattern=facts.op_pattern,
     )
 
 
@@ -331,6 +337,7 @@ def _walk_call(
     unfoldable: Optional[Reason] = None
     detail = ""
     annotation = Annotation.NONE
+    callee, op_pattern = callee_of(mod, call) if op_name in KERNEL_CALL_OPS else ("", None)
 
     if not op_name:
         unfoldable, detail = (
@@ -411,6 +418,8 @@ def _walk_call(
             lift_rule(
                 op_name=op_name, in_dataflow=in_dataflow, ty=_compat.type_of(var), weight_dims=dims
             ),
+            callee,
+            op_pattern,
         )
     )
     return CallSite(

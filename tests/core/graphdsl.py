@@ -106,6 +106,8 @@ class G:
         lift_rule: str = "",
         function: Optional[str] = None,
         type_of: Optional[Ref] = None,
+        callee: str = "",
+        op_pattern: Optional[int] = None,
     ) -> Ref:
         """Add ``op(*args)``; the output is ``dtype``/``shape`` (default: the first argument's)."""
         node_id = len(self.nodes)
@@ -131,9 +133,17 @@ class G:
                 default_rule=default_rule,
                 lift_rule=lift_rule,
                 type_source=None if type_of is None else type_of.node,
+                lowered=bool(callee),
+                callee=callee,
+                op_pattern=op_pattern,
             )
         )
         return Ref(InputKind.NODE, label, outputs[0], node_id)
+
+    def kernel(self, callee: str, *args: Ref, **kwargs) -> Ref:
+        """A lowered call: ``call_tir(callee, (*args,))`` (Relax after LegalizeOps, or MLC-LLM's)."""
+        kwargs.setdefault("label", f"{callee}{len(self.nodes)}")
+        return self.call("relax.call_tir", *args, callee=callee, **kwargs)
 
     def barrier(self, x: Ref, *, label: Optional[str] = None) -> Ref:
         return self.call(

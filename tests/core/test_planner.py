@@ -4,6 +4,8 @@ Sketches use ``c*`` for literal constants, ``x`` for a run-time input, ``C`` for
 constant" and ``=`` for "stays a call".
 """
 
+import dataclasses
+
 import pytest
 from graphdsl import G, decision, summary
 
@@ -818,12 +820,18 @@ def _lowered_graph():
     return FoldGraph((node,))
 
 
-def test_policy_reading_op_names_refuses_a_lowered_call():
-    with pytest.raises(
-        PreconditionError,
-        match=r"function main: k = relax.call_tir .*keep-qdq-weights.*annotate before lowering",
-    ):
-        plan_folds(_lowered_graph(), KEEP_QDQ_WEIGHTS_POLICY)
+def test_an_unrecognised_lowered_call_follows_the_default_and_says_so():
+    """k = call_tir(<no name>, c): keep-qdq-weights has no rule for it; the IR's default folds it."""
+    d = plan_folds(_lowered_graph(), KEEP_QDQ_WEIGHTS_POLICY).decisions[0]
+    assert (d.action, d.reason, d.rule) == (Action.FOLD, Reason.FOLDED, "default")
+    assert "not recognised by the rules of policy 'keep-qdq-weights'" in d.detail
+
+
+def test_an_unrecognised_lowered_call_is_kept_under_a_keep_fallback():
+    policy = dataclasses.replace(KEEP_QDQ_WEIGHTS_POLICY, lowered_fallback=Action.KEEP)
+    d = plan_folds(_lowered_graph(), policy).decisions[0]
+    assert (d.action, d.reason, d.rule) == (Action.KEEP, Reason.KEPT_BY_POLICY, "lowered_fallback")
+    assert "not recognised" in d.detail and "kept" in d.detail
 
 
 def test_size_only_policy_and_default_decide_a_lowered_call():
