@@ -351,7 +351,7 @@ def _decode_te(packed: te.Tensor, scale: te.Tensor, bits: int) -> te.Tensor:
 
 
 def build_cutlass_style_module(
-    k: int = 64, n: int = 64, tokens: int = 4, bits: int = 8
+    k: int = 64, n: int = 64, tokens: int = 4, bits: int = 8, *, hand_stops: bool = False
 ) -> tvm.IRModule:
     """``main(x (tokens, k) fp16, w (k, n) fp16)`` with ``num_input=1``: encode -> decode -> matmul.
 
@@ -359,6 +359,8 @@ def build_cutlass_style_module(
     parameter; ``decode`` reads both results; the matmul reads ``x`` and the decoded weight, as
     in TVM's ``test_fp16A_int8B_gemm`` / ``test_fp16A_int4B_gemm`` without their
     ``stop_lift_params`` (which they write by hand) and without the CUDA-only preprocessing.
+    With ``hand_stops``, the decode's operands go through ``R.builtin.stop_lift_params`` as in
+    those tests: the form ``LiftTransformParams`` keeps the decode in ``main`` for.
 
     >>> mod = build_cutlass_style_module(bits=4)
     >>> sorted(str(gv.name_hint) for gv in mod.get_global_vars())
@@ -379,6 +381,9 @@ def build_cutlass_style_module(
             )
             packed = bb.emit(relax.TupleGetItem(encoded, 0), name_hint="w_packed")
             scale = bb.emit(relax.TupleGetItem(encoded, 1), name_hint="w_scale")
+            if hand_stops:
+                packed = bb.emit(relax.op.builtin.stop_lift_params(packed), name_hint="w_stop")
+                scale = bb.emit(relax.op.builtin.stop_lift_params(scale), name_hint="s_stop")
             decoded = bb.emit(
                 bb.call_te(
                     lambda p, s: _decode_te(p, s, bits), packed, scale, primfunc_name_hint="decode"
