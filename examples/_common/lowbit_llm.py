@@ -195,7 +195,7 @@ def _projection(
 
 def build_decoder_block(
     hidden: int = 256,
-    intermediate: int = 688,
+    intermediate: int = 704,
     heads: int = 4,
     tokens: int = 4,
     seed: int = 0,
