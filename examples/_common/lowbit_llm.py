@@ -199,6 +199,7 @@ def build_decoder_block(
     heads: int = 4,
     tokens: int = 4,
     seed: int = 0,
+    layers: int = 1,
 ) -> tvm.IRModule:
     """A Llama-style decoder layer in float16 with q4f16_1 weights bound as constants.
 
@@ -206,12 +207,36 @@ def build_decoder_block(
     mask: the block's prompt attends to itself) -> o -> residual -> rms_norm -> silu(gate) * up ->
     down -> residual``; each of the seven projections is
     ``call_tir(dequantize, (R.const(packed uint32), R.const(scale float16))) -> permute_dims ->
-    matmul``. The weights are generated from ``seed``: the same bytes on every call.
-    ``hidden`` and ``intermediate`` must be multiples of 32 and ``hidden`` of ``heads``.
+    matmul``, bound as ``<name>_proj`` (``l<i>.<name>_proj`` with several ``layers``, each with
+    weights of its own). The weights are generated from ``seed``: the same bytes on every call.
+    ``hidden`` and ``intermediate`` must be multiples of 32 and ``hidden`` of ``heads``; a 7B
+    model's layer is ``hidden=4096, intermediate=11008, heads=32``.
     """
     if hidden % heads:
         raise ValueError(f"hidden {hidden} is not a multiple of heads {heads}")
     rng = np.random.default_rng(seed)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((tokens, hidden), "float16"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = x
+            for layer in range(layers):
+                prefix = f"l{layer}." if layers > 1 else ""
+                h = _decoder_layer(bb, h, rng, intermediate, heads, prefix)
+            out = bb.emit_output(h)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _decoder_layer(
+    bb: relax.BlockBuilder,
+    x: relax.Expr,
+    rng: np.random.Generator,
+    intermediate: int,
+    heads: int,
+    prefix: str,
+) -> relax.Var:
+    tokens, hidden = (int(dim) for dim in x.ty.shape)
     head_dim = hidden // heads
     weights: Dict[str, Tuple[np.ndarray, np.ndarray]] = {
         p.name: quantize_q4f16_1(_generated_weight(rng, p.out_features, p.in_features))
@@ -220,37 +245,26 @@ def build_decoder_block(
     norm_in = (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float16)
     norm_post = (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float16)
 
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((tokens, hidden), "float16"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            h = bb.emit(relax.op.nn.rms_norm(x, relax.const(norm_in), axes=[-1]))
-            q, k, v = (_projection(bb, h, *weights[name], name) for name in ("q", "k", "v"))
+    def project(t: relax.Expr, name: str) -> relax.Var:
+        return _projection(bb, t, *weights.pop(name), prefix + name)  # pop: free the NumPy copy
 
-            def heads_first(t: relax.Expr) -> relax.Var:
-                split = bb.emit(relax.op.reshape(t, (tokens, heads, head_dim)))
-                return bb.emit(relax.op.permute_dims(split, [1, 0, 2]))
+    def heads_first(t: relax.Expr) -> relax.Var:
+        split = bb.emit(relax.op.reshape(t, (tokens, heads, head_dim)))
+        return bb.emit(relax.op.permute_dims(split, [1, 0, 2]))
 
-            qh, kh, vh = heads_first(q), heads_first(k), heads_first(v)
-            scores = bb.emit(relax.op.matmul(qh, relax.op.permute_dims(kh, [0, 2, 1])))
-            scaled = bb.emit(
-                relax.op.multiply(scores, relax.const(1.0 / np.sqrt(head_dim), "float16"))
-            )
-            probs = bb.emit(relax.op.nn.softmax(scaled, axis=-1))
-            ctx = bb.emit(relax.op.matmul(probs, vh))
-            merged = bb.emit(
-                relax.op.reshape(relax.op.permute_dims(ctx, [1, 0, 2]), (tokens, hidden))
-            )
-            attn = _projection(bb, merged, *weights["o"], "o")
-            h1 = bb.emit(relax.op.add(x, attn))
-            h2 = bb.emit(relax.op.nn.rms_norm(h1, relax.const(norm_post), axes=[-1]))
-            gate = _projection(bb, h2, *weights["gate"], "gate")
-            up = _projection(bb, h2, *weights["up"], "up")
-            act = bb.emit(relax.op.multiply(relax.op.nn.silu(gate), up))
-            down = _projection(bb, act, *weights["down"], "down")
-            out = bb.emit_output(relax.op.add(h1, down))
-        bb.emit_func_output(out)
-    return bb.get()
+    h = bb.emit(relax.op.nn.rms_norm(x, relax.const(norm_in), axes=[-1]))
+    q, k, v = (project(h, name) for name in ("q", "k", "v"))
+    qh, kh, vh = heads_first(q), heads_first(k), heads_first(v)
+    scores = bb.emit(relax.op.matmul(qh, relax.op.permute_dims(kh, [0, 2, 1])))
+    scaled = bb.emit(relax.op.multiply(scores, relax.const(1.0 / np.sqrt(head_dim), "float16")))
+    probs = bb.emit(relax.op.nn.softmax(scaled, axis=-1))
+    ctx = bb.emit(relax.op.matmul(probs, vh))
+    merged = bb.emit(relax.op.reshape(relax.op.permute_dims(ctx, [1, 0, 2]), (tokens, hidden)))
+    h1 = bb.emit(relax.op.add(x, project(merged, "o")))
+    h2 = bb.emit(relax.op.nn.rms_norm(h1, relax.const(norm_post), axes=[-1]))
+    gate, up = project(h2, "gate"), project(h2, "up")
+    act = bb.emit(relax.op.multiply(relax.op.nn.silu(gate), up))
+    return bb.emit(relax.op.add(h1, project(act, "down")))
 
 
 def block_inputs(mod: tvm.IRModule, seed: int = 1) -> List[np.ndarray]:
