@@ -365,7 +365,13 @@ def _decode_te(packed: te.Tensor, scale: te.Tensor, bits: int) -> te.Tensor:
 
 
 def build_cutlass_style_module(
-    k: int = 64, n: int = 64, tokens: int = 4, bits: int = 8, *, hand_stops: bool = False
+    k: int = 64,
+    n: int = 64,
+    tokens: int = 4,
+    bits: int = 8,
+    *,
+    hand_stops: bool = False,
+    split_encode: bool = False,
 ) -> tvm.IRModule:
     """``main(x (tokens, k) fp16, w (k, n) fp16)`` with ``num_input=1``: encode -> decode -> matmul.
 
@@ -374,7 +380,9 @@ def build_cutlass_style_module(
     in TVM's ``test_fp16A_int8B_gemm`` / ``test_fp16A_int4B_gemm`` without their
     ``stop_lift_params`` (which they write by hand) and without the CUDA-only preprocessing.
     With ``hand_stops``, the decode's operands go through ``R.builtin.stop_lift_params`` as in
-    those tests: the form ``LiftTransformParams`` keeps the decode in ``main`` for.
+    those tests: the form ``LiftTransformParams`` keeps the decode in ``main`` for. With
+    ``split_encode``, two kernels of one result each (``encode``: the int8 weight,
+    ``encode_scale``: the scales) replace the one of two results, the same arithmetic.
 
     >>> mod = build_cutlass_style_module(bits=4)
     >>> sorted(str(gv.name_hint) for gv in mod.get_global_vars())
@@ -389,12 +397,24 @@ def build_cutlass_style_module(
     w = relax.Var("w", relax.TensorType((k, n), "float16"))
     with bb.function("main", [x, w], attrs={"num_input": 1}):
         with bb.dataflow():
-            encoded = bb.emit(
-                bb.call_te(lambda t: _encode_te(t, bits), w, primfunc_name_hint="encode"),
-                name_hint="encoded",
-            )
-            packed = bb.emit(relax.TupleGetItem(encoded, 0), name_hint="w_packed")
-            scale = bb.emit(relax.TupleGetItem(encoded, 1), name_hint="w_scale")
+            if split_encode:
+                packed = bb.emit(
+                    bb.call_te(lambda t: _encode_te(t, bits)[0], w, primfunc_name_hint="encode"),
+                    name_hint="w_packed",
+                )
+                scale = bb.emit(
+                    bb.call_te(
+                        lambda t: _encode_te(t, bits)[1], w, primfunc_name_hint="encode_scale"
+                    ),
+                    name_hint="w_scale",
+                )
+            else:
+                encoded = bb.emit(
+                    bb.call_te(lambda t: _encode_te(t, bits), w, primfunc_name_hint="encode"),
+                    name_hint="encoded",
+                )
+                packed = bb.emit(relax.TupleGetItem(encoded, 0), name_hint="w_packed")
+                scale = bb.emit(relax.TupleGetItem(encoded, 1), name_hint="w_scale")
             if hand_stops:
                 packed = bb.emit(relax.op.builtin.stop_lift_params(packed), name_hint="w_stop")
                 scale = bb.emit(relax.op.builtin.stop_lift_params(scale), name_hint="s_stop")
