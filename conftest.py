@@ -48,6 +48,7 @@ RELAX_ONLY: Tuple[str, ...] = (
     "fold_guard/relax",
     "examples/_common/relax_byoc.py",
     "examples/_common/relax_calls.py",
+    "examples/_common/lowbit_llm.py",
     "tests/test_typecheck.py",
     "tests/test_codespell.py",
     "tests/test_examples.py",

@@ -182,3 +182,43 @@ def test_requantize_chain_example_folds_each_chain_to_one_int8_constant() -> Non
     assert rows["keep-requantize + keep-qdq-weights"][:3] == (5, 8, 2)
     assert all(row[3] <= 0.05 for row in rows.values())  # one output step
     assert "folded int8 weights equal NumPy's requantization: True" in out
+
+
+def test_lowbit_llm_example_keeps_every_dequantize_kernel_and_its_pattern() -> None:
+    out = run_example(
+        ROOT / "examples" / "lowbit_llm.py",
+        ["--hidden", "128", "--intermediate", "256", "--heads", "2", "--tokens", "2"],
+    )
+    # module, constant bytes, dequantize(uint32 const), pattern matches of 7, output
+    rows = {
+        m.group(1).strip(): (int(m.group(2).replace(",", "")), int(m.group(3)), int(m.group(4)))
+        for m in re.finditer(
+            r"^(imported|stock FoldConstant|fold_guard keep-qdq-weights)\s+([\d,]+)\s+(\d+)\s+"
+            r"(\d+) of 7  bit-identical to imported$",
+            out,
+            re.M,
+        )
+    }
+    assert len(rows) == 3, out  # all three ran, bit for bit
+    imported, stock, ours = (
+        rows[k] for k in ("imported", "stock FoldConstant", "fold_guard keep-qdq-weights")
+    )
+    assert imported[1:] == (7, 7) and ours[1:] == (7, 7) and stock[1:] == (0, 0)
+    assert ours[0] <= imported[0] < stock[0] / 3  # packed int4 against float16 weights
+    for name in ("q", "k", "v", "o", "gate", "up", "down"):
+        assert re.search(rf"^{name}\s+matches\s+-\s+matches$", out, re.M), out
+    # the CUTLASS-style flow: only the annotated lifting keeps decode and TVM's pattern matches
+    lifted = re.findall(
+        r"^  (stock|annotate\(keep-qdq-weights\))\s+main gets (\S+)\s+main's kernels: (\S+)\s+"
+        r"cutlass: (\S+)\s+bit-identical$",
+        out,
+        re.M,
+    )
+    assert (
+        lifted
+        == [
+            ("stock", "float16", "-", "-"),
+            ("annotate(keep-qdq-weights)", "int8,float16", "decode", "cutlass.decode_matmul"),
+        ]
+        * 2
+    ), out

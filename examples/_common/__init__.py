@@ -8,7 +8,10 @@
 - :mod:`_common.tflite_writer`, :mod:`_common.tflite_models`, :mod:`_common.tflite_weights`: small
   TFLite models written without TensorFlow (full int8; int8 or float16 weights behind
   DEQUANTIZE) and their NumPy references;
-- :mod:`_common.torch_models`: small PyTorch models quantized with PT2E (``torchao``).
+- :mod:`_common.torch_models`: small PyTorch models quantized with PT2E (``torchao``);
+- :mod:`_common.lowbit_llm`: low-bit LLM weights whose dequantize is a kernel (``call_tir``):
+  MLC-LLM's q4f16_1 layout in a Llama-style decoder block, and TVM's CUTLASS-style
+  encode / decode flow with the weight as a parameter.
 
 They need the ``examples`` extra (``onnx``, ``onnxruntime``, ``tflite``; the PyTorch models need
 ``torch`` and ``torchao``, which the ``test`` extra installs) and live here, not in the installed
