@@ -25,7 +25,7 @@ a TIR call, and the stock pass does not fold those.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -35,17 +35,29 @@ from tvm import relax
 from . import _compat
 from ._shape_generic import SHAPE_GENERIC_OPS, is_shape_generic
 from ._sites import CallSite, KernelSpec, PlanningFacts, SiteKind, StaticShapeVar
-from ._stock import legalized_call_tir, needs_scalar_decision
+from ._stock import legalized_call_tir, needs_scalar_decision, not_legalized_rule
 
-__all__ = ["SHAPE_GENERIC_OPS", "Legalization", "legalize_candidates", "legalize_each"]
+__all__ = [
+    "SHAPE_GENERIC_OPS",
+    "Legalization",
+    "legalize_candidates",
+    "legalize_each",
+    "stock_legalization_error",
+]
 
 
 @dataclass(frozen=True)
 class Legalization:
-    """What legalizing a module's candidate calls gave: kernels, and the facts the planner needs."""
+    """What legalizing a module's candidate calls gave: kernels, and the facts the planner needs.
+
+    ``pending_scalars``: per call whose stock decision reads a 0-d operand folded earlier in the
+    same pass, the indices of those leaves. Their values are not known when legalizing, so the
+    decision is checked again on them once they are (:func:`stock_legalization_error`).
+    """
 
     kernels: Dict[int, KernelSpec]
     facts: PlanningFacts
+    pending_scalars: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
 
 
 def _leaf_type(site: CallSite, index: int) -> relax.TensorType:
@@ -125,7 +137,12 @@ def _dims_for(
 
 
 def _make_request(
-    name: str, members: List[CallSite], *, symbolic: bool, scalars_as_constants: bool
+    name: str,
+    members: List[CallSite],
+    *,
+    symbolic: bool,
+    scalars_as_constants: bool,
+    scalars: Optional[Mapping[int, np.ndarray]] = None,
 ) -> Tuple[relax.Function, _Request]:
     site = members[0]
     params: List[Optional[relax.Var]] = []
@@ -134,10 +151,7 @@ def _make_request(
     for i, leaf_dims in enumerate(dims):
         dtype = _compat.dtype_of(_leaf_type(site, i))
         if scalars_as_constants and not leaf_dims:
-            constant = site.leaf_constants[i]
-            leaf_exprs.append(
-                constant if constant is not None else relax.const(np.zeros((), dtype), dtype)
-            )
+            leaf_exprs.append(_scalar_constant(site, i, dtype, scalars or {}))
             params.append(None)
             continue
         var = relax.Var(f"p{i}", relax.TensorType(leaf_dims, dtype))
@@ -168,6 +182,26 @@ def _make_request(
         bb.emit_func_output(out)
     request = _Request(name, members, params, symbolic, scalars_as_constants, dim_values)
     return bb.get()[name], request
+
+
+def _scalar_constant(
+    site: CallSite, index: int, dtype: str, scalars: Mapping[int, np.ndarray]
+) -> relax.Expr:
+    """The constant a 0-d leaf is shown to the legalizer as, the way the stock pass shows it.
+
+    A literal constant is itself; a value folded earlier in this pass (``scalars``) is that
+    value. A scalar still pending (folded in this pass, not yet evaluated) stands in as one:
+    legalizers look at the value only to reject it (a division's simplifier raises "Divide by
+    zero" on a zero divisor), and one is a value none rejects. Such a call's decision is made
+    again on its real value once that is known (:func:`pending_scalars`,
+    :func:`stock_legalization_error`).
+    """
+    if index in scalars:
+        return relax.const(scalars[index], dtype)
+    constant = site.leaf_constants[index]
+    if constant is not None:
+        return constant
+    return relax.const(np.ones((), dtype), dtype)
 
 
 def _legalize(
@@ -384,9 +418,44 @@ def legalize_candidates(
             unread = tuple(i for i in site.zero_size_leaves if i not in read)
             if unread:
                 unread_zero_size[site.node_id] = unread
+    # Step 4. Calls whose decision read a stand-in for a scalar not yet evaluated.
+    pending_scalars: Dict[int, Tuple[int, ...]] = {}
+    for site in sites:
+        if site.node_id in kernels and site.kind is SiteKind.OP:
+            pending = _pending_scalar_leaves(site)
+            if pending:
+                pending_scalars[site.node_id] = pending
     return Legalization(
-        kernels, PlanningFacts(facts.unsupported, facts.not_stock_foldable, unread_zero_size)
+        kernels,
+        PlanningFacts(facts.unsupported, facts.not_stock_foldable, unread_zero_size),
+        pending_scalars,
     )
+
+
+def _pending_scalar_leaves(site: CallSite) -> Tuple[int, ...]:
+    return tuple(
+        i
+        for i, constant in enumerate(site.leaf_constants)
+        if constant is None and _compat.static_shape(_leaf_type(site, i)) == ()
+    )
+
+
+def stock_legalization_error(site: CallSite, scalars: Mapping[int, np.ndarray]) -> Optional[str]:
+    """Why the stock pass would not fold ``site`` with these 0-d operand values, or None.
+
+    The stock pass legalizes a call with its scalar operands as constants, values included; this
+    does the same with ``scalars`` (leaf index -> value, for the leaves that were still pending
+    when the call was first legalized). Stock raises where ``LegalizeOps`` raises: the call is
+    then kept with that error, as every call stock cannot evaluate.
+    """
+    func, request = _make_request(
+        "check", [site], symbolic=False, scalars_as_constants=True, scalars=scalars
+    )
+    legalized, errors = _legalize({request.name: func})
+    if request.name in errors:
+        return f"{errors[request.name]}; stock raises"
+    _, why = legalized_call_tir(legalized[request.name][request.name])
+    return not_legalized_rule(site.op_name, why) if why else None
 
 
 def legalize_each(mod: tvm.IRModule, sites: Sequence[CallSite]) -> Dict[int, KernelSpec]:

@@ -8,8 +8,8 @@ gives the graph and the kernels; the core plans; an engine (``_engine``, chosen 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Set, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Mapping, Optional, Set, Tuple
 
 import tvm
 import tvm_ffi
@@ -19,7 +19,7 @@ from tvm.relax.expr_functor import PyExprVisitor, visitor
 from .._adapter import check_module, fold_constant_pass
 from .._core.driver import evaluate_until_stable, releasable
 from .._core.errors import PlanInvariantError, PreconditionError
-from .._core.graph import FoldGraph, dtype_nbytes
+from .._core.graph import FoldGraph, InputKind, dtype_nbytes
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec, resolve_policy, with_budget
@@ -29,7 +29,7 @@ from .._serial import serialized
 from . import _compat
 from ._config import CacheSetting, resolve_options
 from ._engine import EngineOptions, Values, make_engine
-from ._legalize import legalize_candidates
+from ._legalize import legalize_candidates, stock_legalization_error
 from ._rewrite import rewrite_function
 from ._sites import KernelSpec
 from ._walk import Translation, walk_relax
@@ -62,6 +62,8 @@ class Analysis:
     graph: FoldGraph
     policy: FoldPolicy
     kernels: Mapping[int, KernelSpec]
+    #: calls whose stock decision waits for the value of a scalar folded in the same pass
+    pending_scalars: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
 
 
 def analyse(
@@ -91,7 +93,7 @@ def analyse(
     # Step 3. Build the graph's nodes, each once, with what legalization found.
     translation = walk.translate(legalized.facts)
     graph = FoldGraph(translation.nodes)
-    return Analysis(mod, translation, graph, policy, legalized.kernels)
+    return Analysis(mod, translation, graph, policy, legalized.kernels, legalized.pending_scalars)
 
 
 @serialized
@@ -194,16 +196,29 @@ def _fold(
     fold_plan = plan_folds(analysis.graph, resolved)
     timer.lap("plan")
     # Step 5. Build every kernel the plan needs, once.
+    # The scalars a decision waits for are kept until it is checked (they are 0-d: no memory).
+    scalar_sources = _scalar_sources(analysis)
     engine = make_engine(
-        options, mod, analysis.graph, translation.sites, analysis.kernels, translation.escaping
+        options,
+        mod,
+        analysis.graph,
+        translation.sites,
+        analysis.kernels,
+        translation.escaping | scalar_sources,
     )
     engine.prepare(fold_plan)
     timer.lap("compile")
     # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
+    # A call whose stock decision needed a scalar folded in this same pass is checked on its
+    # real value once evaluated: where stock would not fold it there, it fails and is re-planned.
     values: Values = {}
-    fold_plan, _ = evaluate_until_stable(
-        fold_plan, resolved, lambda p: engine.evaluate(p, values, strict=strict)
-    )
+
+    def evaluate(p: FoldPlan) -> Dict[int, str]:
+        failures = engine.evaluate(p, values, strict=strict)
+        failures.update(_check_pending_scalars(analysis, p, values, failures))
+        return failures
+
+    fold_plan, _ = evaluate_until_stable(fold_plan, resolved, evaluate)
     timer.lap("evaluate")
     if strict:
         raise_if_not_possible(fold_plan)
@@ -225,6 +240,39 @@ def _fold(
         kernels_cached=engine.stats.cached,
         fallbacks=tuple(engine.stats.fallbacks),
     )
+
+
+def _scalar_sources(analysis: Analysis) -> FrozenSet[int]:
+    """The nodes whose values the checks of :func:`_check_pending_scalars` read."""
+    nodes = analysis.graph.nodes
+    return frozenset(
+        nodes[node].inputs[leaf].source
+        for node, leaves in analysis.pending_scalars.items()
+        for leaf in leaves
+        if nodes[node].inputs[leaf].kind is InputKind.NODE
+    )
+
+
+def _check_pending_scalars(
+    analysis: Analysis, fold_plan: FoldPlan, values: Values, failures: Mapping[int, str]
+) -> Dict[int, str]:
+    """The folded calls stock would not fold once their pending scalar operands have values."""
+    found: Dict[int, str] = {}
+    nodes = analysis.graph.nodes
+    for decision in fold_plan.folded:
+        leaves = analysis.pending_scalars.get(decision.node)
+        if not leaves or decision.node in failures or decision.node not in values:
+            continue
+        node = nodes[decision.node]
+        scalars = {
+            leaf: values[node.inputs[leaf].source][0].numpy()  # type: ignore[attr-defined]
+            for leaf in leaves
+            if node.inputs[leaf].kind is InputKind.NODE and node.inputs[leaf].source in values
+        }
+        why = stock_legalization_error(analysis.translation.sites[decision.node], scalars)
+        if why is not None:
+            found[decision.node] = why
+    return found
 
 
 def _rewrite_module(
