@@ -5,7 +5,7 @@ TVM (seconds) so that the annotation ops are registered. This launcher lives out
 and loads the two standard-library-only files the parser needs (``fold_guard/_version.py`` and
 ``fold_guard/cli/_parser.py``) by path, so ``fold-guard --help``, ``--version`` and a usage error
 never import TVM; a command that runs imports ``fold_guard.cli`` and hands it the parsed arguments.
-``python -m fold_guard`` imports the package first and so pays for TVM on every invocation.
+``python -m fold_guard`` does the same from inside the package (``fold_guard/__main__.py``).
 """
 
 from __future__ import annotations

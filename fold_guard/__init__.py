@@ -19,6 +19,8 @@ implicitly (Relay exists only in older TVM builds); import it by name::
 ['default', 'fold-qnn']
 """
 
+import sys
+
 from ._core import (
     DEFAULT_GROWTH_FACTOR,
     DEFAULT_MIN_RESULT_BYTES,
@@ -96,4 +98,9 @@ def _register_available_adapters() -> None:
         pass
 
 
-_register_available_adapters()
+# ``python -m fold_guard`` imports this package before it runs ``__main__``; while the module is
+# being located ``sys.argv[0]`` is "-m" (documented with Python's -m option). The command then
+# registers the adapters itself once its arguments parse (``__main__``), so ``--help``,
+# ``--version`` and a usage error answer without importing TVM, as the console script does.
+if sys.argv[:1] != ["-m"]:
+    _register_available_adapters()

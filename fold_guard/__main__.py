@@ -1,8 +1,24 @@
-"""``python -m fold_guard``: the ``fold-guard`` command."""
+"""``python -m fold_guard``: the ``fold-guard`` command.
+
+The arguments are parsed first (``cli._parser`` is standard library only; the package's
+``__init__`` skips its TVM import under ``-m``), so ``--help``, ``--version`` and a usage error
+answer in a few hundredths of a second; TVM is imported only for a command that runs.
+"""
 
 import sys
 
-from .cli import main
+from . import _register_available_adapters
+from ._version import __version__
+from .cli import run_parsed
+from .cli._parser import build_parser
+
+
+def main() -> int:
+    """Parse ``sys.argv[1:]``, register the adapters (imports TVM), run the command."""
+    args = build_parser(__version__).parse_args()  # --help, --version, usage errors exit here
+    _register_available_adapters()
+    return run_parsed(args)
+
 
 # Guarded so that importing this module (pytest's --doctest-modules does) runs nothing.
 if __name__ == "__main__":

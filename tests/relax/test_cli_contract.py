@@ -324,3 +324,35 @@ def test_help_and_version_import_neither_fold_guard_nor_tvm():
     lines = result.stdout.strip().splitlines()
     assert lines[-1] == "[]", result.stdout + result.stderr
     assert "fold-guard 0.1.0" in lines[0] and lines.count("exit 0") == 3 and "exit 2" in lines
+
+
+def test_python_m_help_version_and_usage_error_do_not_import_tvm():
+    # `python -m fold_guard` imports the package first; its __init__ skips the adapters under -m
+    # and __main__ registers them only once the arguments parse (a command that runs).
+    probe = (
+        "import runpy, sys\n"
+        "for argv in (['--version'], ['--help'], ['fold', '--help'], ['inspect', 'm.onnx', '--atol']):\n"
+        "    sys.argv = ['-m', *argv]\n"
+        "    for name in [m for m in sys.modules if m.split('.')[0] == 'fold_guard']:\n"
+        "        del sys.modules[name]\n"
+        "    try:\n"
+        "        runpy.run_module('fold_guard', run_name='__main__', alter_sys=True)\n"
+        "    except SystemExit as stop:\n"
+        "        print('exit', stop.code)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tvm'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    lines = result.stdout.strip().splitlines()
+    assert lines[-1] == "[]", result.stdout + result.stderr
+    assert "fold-guard 0.1.0" in lines[0] and lines.count("exit 0") == 3 and "exit 2" in lines
+    # A command that runs still gets the Relax adapter (and so TVM).
+    result = subprocess.run(
+        [sys.executable, "-m", "fold_guard", "policies"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 0 and "keep-qdq-weights" in result.stdout, result.stderr
