@@ -6,7 +6,8 @@ it is ``model_explorer_node_data.schema.json`` beside this module):
 ``{graph id: {"results": {node id: {"value", "bgColor", "textColor"}}, "thresholds": [...]}}``.
 
 Node ids are those of the ``model-explorer-onnx`` adapter (0.4.2, on onnx-ir 1.1): the graph id is
-the ONNX graph's name (``<main>`` when it has none) and a node's id its name after onnx-ir's
+the ONNX graph's name (``""`` when it has none: the file then holds that one graph's data alone,
+the top-level ``results`` form) and a node's id its name after onnx-ir's
 ``NameFixPass``: a name used before gets ``_1``, ``_2``, ...; an unnamed node is named ``node``,
 ``node_1``, ... in graph order. (The adapter's own ``<node_{i}>`` fallback never applies: the pass
 runs first.) :func:`onnx_explorer_ids` reproduces that; :func:`match_conversions` pairs Relax's
@@ -58,7 +59,7 @@ def onnx_explorer_ids(graph_name: str, node_names: Sequence[str]) -> Tuple[str, 
     """The adapter's graph id and each node's id, as onnx-ir's ``NameFixPass`` names them.
 
     >>> onnx_explorer_ids("", ["conv", "", "conv", ""])
-    ('<main>', ['conv', 'node', 'conv_1', 'node_1'])
+    ('', ['conv', 'node', 'conv_1', 'node_1'])
     """
     used: set[str] = set()
     counter: collections.Counter[str] = collections.Counter()
@@ -71,7 +72,7 @@ def onnx_explorer_ids(graph_name: str, node_names: Sequence[str]) -> Tuple[str, 
             new = f"{preferred}_{counter[preferred]}"
         used.add(new)
         ids.append(new)
-    return graph_name or "<main>", ids
+    return graph_name, ids
 
 
 def match_conversions(
@@ -160,4 +161,4 @@ def node_data(
                 "textColor": "#000000" if category in _DARK_TEXT else "#ffffff",
             }
         graph["showLabelCountColumnsInChildrenStatsTable"] = True
-    return {graph_id: graph}
+    return {graph_id: graph} if graph_id else graph
