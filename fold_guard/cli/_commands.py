@@ -257,14 +257,21 @@ def cmd_draw(args: argparse.Namespace, out: TextIO) -> int:
 
     spec = policy_spec(args.policy, args.max_fold_bytes)
     outputs = Outputs()
-    outputs.claim("-o", args.output, (".html", ".svg"))
+    outputs.claim("-o", args.output, (".html", ".svg", ".json"))
+    suffix = os.path.splitext(args.output)[1].lower()
+    if args.numeric and suffix != ".json":
+        raise CliError(f"--numeric is for Model Explorer node data (-o OUT.json), not {suffix}")
+    if suffix == ".json":
+        _require_explorer_graph(args.model)
     with Progress(["import", "fold", "draw"], quiet=args.quiet) as progress:
         model = _load(args, progress)
         result = _fold(model, spec, progress)
         progress.step("drawing")
         title = f"fold-guard plan of {os.path.basename(model.path)}"
         report = _report(model, result)
-        if args.output.lower().endswith(".svg"):
+        if suffix == ".json":
+            text = _node_data_text(model, result, args)
+        elif suffix == ".svg":
             text = render_svg(result.plan, report, title=title)
         else:
             text = render_html(result.plan, report, title=title)
@@ -272,6 +279,34 @@ def cmd_draw(args: argparse.Namespace, out: TextIO) -> int:
     if not args.quiet:
         _emit(out, f"wrote {len(result.plan.decisions)} calls to {args.output}")
     return EXIT_OK
+
+
+def _require_explorer_graph(path: str) -> None:
+    """Refuse, before any work, a model Model Explorer node data cannot be written for."""
+    fmt = os.path.splitext(path)[1].lower()
+    if fmt in (".json", ".py"):
+        raise CliError(
+            f"-o OUT.json writes Model Explorer node data, and {path} is a TVM module: it has no "
+            "Model Explorer graph; draw it as -o plan.html or plan.svg"
+        )
+    if fmt != ".onnx":
+        raise CliError(
+            f"-o OUT.json: Model Explorer node data is written for .onnx models only, not {fmt} "
+            "(fold_guard does not map its calls to Model Explorer's node ids yet); "
+            "draw it as -o plan.html or plan.svg"
+        )
+
+
+def _node_data_text(model: LoadedModel, result: Any, args: argparse.Namespace) -> str:
+    from ._node_data import node_data
+
+    if model.explorer is None:
+        raise CliError(
+            f"{model.path}: Model Explorer node data needs the Relax import (--ir relax)"
+        )
+    graph_id, ids = model.explorer
+    data = node_data(result.plan, graph_id, ids, numeric=args.numeric)
+    return json.dumps(data, indent=1) + "\n"
 
 
 def cmd_policies(args: argparse.Namespace, out: TextIO) -> int:

@@ -21,10 +21,11 @@ import os
 import runpy
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ._errors import CliError
 from ._layers import attribute_bindings, record_onnx_conversions
+from ._node_data import match_conversions, onnx_explorer_ids
 from ._parser import IR_CHOICES, MODEL_SUFFIXES
 
 __all__ = ["IR_CHOICES", "LoadedModel", "load_model", "require_relay"]
@@ -51,6 +52,9 @@ class LoadedModel:
     mod: Any
     layers: Mapping[Tuple[str, str], str] = field(default_factory=dict)
     sources: Mapping[Tuple[str, str], str] = field(default_factory=dict)
+    #: ONNX into Relax: ``(graph id, {(function, label): node id})`` as Model Explorer's ONNX
+    #: adapter names its graph and nodes (:mod:`._node_data`); None for other formats
+    explorer: Optional[Tuple[str, Mapping[Tuple[str, str], str]]] = None
 
 
 def require_relay() -> None:
@@ -133,8 +137,9 @@ def load_model(
         raise CliError(f"{path}: --weights-as-params reads .onnx models into Relax only")
     layers: Mapping[Tuple[str, str], str] = {}
     sources: Mapping[Tuple[str, str], str] = {}
+    explorer = None
     if fmt == "onnx":
-        mod, layers, sources = _import_onnx(path, ir, weights_as_params)
+        mod, layers, sources, explorer = _import_onnx(path, ir, weights_as_params)
     elif fmt == "json":
         mod = _load_json(path, _read(path))
     elif fmt == "tvmscript":
@@ -150,7 +155,7 @@ def load_model(
         mod = relay.transform.FakeQuantizationToInteger()(relay.transform.InferType()(mod))
     if ir == "relay":
         layers = sources = _relay_layer_names(mod)
-    return LoadedModel(path, fmt, ir, mod, layers, sources)
+    return LoadedModel(path, fmt, ir, mod, layers, sources, explorer)
 
 
 def _read(path: str) -> bytes:
@@ -239,9 +244,7 @@ def _parse_onnx(path: str) -> Any:
     return model
 
 
-def _import_onnx(
-    path: str, ir: str, weights_as_params: bool = False
-) -> Tuple[Any, Mapping[Tuple[str, str], str], Mapping[Tuple[str, str], str]]:
+def _import_onnx(path: str, ir: str, weights_as_params: bool = False) -> Tuple[Any, ...]:
     model = _parse_onnx(path)
     return _frontend_call(lambda: _convert_onnx(model, ir, weights_as_params), path, "ONNX")
 
@@ -271,11 +274,9 @@ def _frontend_call(convert: Callable[[], Any], path: str, frontend: str) -> Any:
         ) from err
 
 
-def _convert_onnx(
-    model: Any, ir: str, weights_as_params: bool = False
-) -> Tuple[Any, Mapping[Tuple[str, str], str], Mapping[Tuple[str, str], str]]:
+def _convert_onnx(model: Any, ir: str, weights_as_params: bool = False) -> Tuple[Any, ...]:
     if ir == "relay":
-        return _import_onnx_relay(model), {}, {}
+        return _import_onnx_relay(model), {}, {}, None
     from tvm.relax.frontend import detach_params
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -284,7 +285,21 @@ def _convert_onnx(
     if weights_as_params:
         mod, _ = detach_params(mod)
     layers, sources = attribute_bindings(mod, recorded)
-    return mod, layers, sources
+    return mod, layers, sources, _explorer_ids(model, mod, recorded)
+
+
+def _explorer_ids(
+    model: Any, mod: Any, recorded: List[Tuple[str, Any]]
+) -> Tuple[str, Mapping[Tuple[str, str], str]]:
+    """Model Explorer's graph id, and the node id each of ``main``'s calls comes from."""
+    names = [node.name for node in model.graph.node]
+    graph_id, ids = onnx_explorer_ids(model.graph.name, names)
+    matched = match_conversions(
+        [name for name, _ in recorded], names, [node.op_type for node in model.graph.node]
+    )
+    renamed = [(ids[j], expr) for (_, expr), j in zip(recorded, matched) if j is not None]
+    _, by_node = attribute_bindings(mod, renamed)
+    return graph_id, by_node
 
 
 def _import_tflite(path: str, data: bytes) -> Any:

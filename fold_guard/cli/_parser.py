@@ -262,7 +262,7 @@ def build_parser(version: Optional[str] = None) -> argparse.ArgumentParser:
     draw = sub.add_parser(
         "draw",
         parents=[common],
-        help="draw the plan as a dataflow graph (.html or .svg)",
+        help="draw the plan as a dataflow graph (.html, .svg) or Model Explorer node data (.json)",
         description="Draw every call of MODEL coloured by its decision; the file opens offline. "
         "The HTML page collapses chains of run-time calls, and has search, zoom, pan, a filter "
         "by decision and details on click.",
@@ -270,7 +270,18 @@ def build_parser(version: Optional[str] = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _model_options(draw, policy_help="the policy to plan with")
-    draw.add_argument("-o", "--output", required=True, metavar="OUT", help="plan.html or plan.svg")
+    draw.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="plan.html or plan.svg, or decisions.json: Model Explorer node data (.onnx models)",
+    )
+    draw.add_argument(
+        "--numeric",
+        action="store_true",
+        help="node data: the bytes each node's folds add (+) or save (-), not the decisions",
+    )
 
     policies = sub.add_parser(
         "policies",

@@ -14,6 +14,7 @@ from ._compat import register_errors_with_ffi as _register_errors_with_ffi
 _register_errors_with_ffi()
 
 from ._annotate import annotate  # noqa: E402
+from ._ledger import ledger  # noqa: E402
 from ._ops import fold_allow, fold_barrier  # noqa: E402
 from ._ops import register_ops as _register_ops  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, plan  # noqa: E402
@@ -32,6 +33,7 @@ __all__ = [
     "fold",
     "fold_allow",
     "fold_barrier",
+    "ledger",
     "partition",
     "plan",
     "release_barriers",

@@ -15,6 +15,7 @@ from .._core.planner import plan_folds
 from .._core.registry import PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
+from ._ledger import attach_ledger
 from ._ops import fold_allow, fold_barrier
 from ._pass import analyse
 from ._sites import CallSite
@@ -23,7 +24,9 @@ __all__ = ["annotate"]
 
 
 @serialized
-def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> Annotated:
+def annotate(
+    mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator", ledger: bool = False
+) -> Annotated:
     """Place the annotations that make any later fold follow ``policy``; return them with the module.
 
     Meant for a module fresh from a frontend (``relax.frontend.onnx.from_onnx(model,
@@ -42,6 +45,10 @@ def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> An
       ``fold_barrier(stop_lift_params(x))``, and so does every barrier already over a weight:
       ``relax.transform.LiftTransformParams`` then keeps the barrier and what reads it in
       ``main`` and lifts only what the policy folds (``quantize(w)``), removing the stop.
+
+    ``ledger=True`` also writes the precision ledger of the policy's plan (one row per weight:
+    folded, kept or lifted, and by which rule) as the ``fold_guard.ledger`` module attribute,
+    read back by :func:`fold_guard.relax.ledger`.
 
     ``fold_guard.relax.FoldConstant()`` with the default policy on the result then folds exactly
     what ``FoldConstant(policy)`` folds on ``mod`` (plus the annotations it keeps). ``mod`` is not
@@ -72,7 +79,8 @@ def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> An
     """
     analysis = analyse(mod, policy, StepTimer())
     translation, graph, resolved = analysis.translation, analysis.graph, analysis.policy
-    placed = placements(plan_folds(graph, resolved), plan_folds(graph, DEFAULT_POLICY))
+    policy_plan = plan_folds(graph, resolved)
+    placed = placements(policy_plan, plan_folds(graph, DEFAULT_POLICY))
     by_function: Dict[str, Dict[relax.Var, List[Placement]]] = {}
     for placement in placed:
         site = translation.sites[placement.node]
@@ -85,6 +93,8 @@ def annotate(mod: tvm.IRModule, *, policy: PolicySpec = "qdq-accelerator") -> An
             functions[gvar] = annotator.visit_expr(func)
             uncarried += annotator.uncarried
     annotated = tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
+    if ledger:  # the rows of the plan the annotations carry (what a later fold or lift does)
+        annotated = attach_ledger(annotated, policy_plan, translation.sites)
     return Annotated(annotated, placed, resolved.name, tuple(uncarried))
 
 

@@ -29,6 +29,7 @@ from .._serial import serialized
 from . import _compat
 from ._config import CacheSetting, resolve_options
 from ._engine import EngineOptions, Values, make_engine
+from ._ledger import attach_ledger
 from ._legalize import legalize_candidates, stock_legalization_error
 from ._rewrite import rewrite_function
 from ._sites import KernelSpec
@@ -138,6 +139,7 @@ def fold(
     threads: Optional[int] = None,
     reference_engine: Optional[bool] = None,
     engine_options: Optional[EngineOptions] = None,
+    ledger: bool = False,
 ) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
 
@@ -150,6 +152,9 @@ def fold(
     ``relax.analysis.well_formed``.
 
     ``kernel_cache``, ``threads`` and ``reference_engine`` are as in :func:`FoldConstant`.
+    ``ledger=True`` writes the precision ledger (one row per weight, :func:`fold_guard.relax.ledger`)
+    into the result's ``fold_guard.ledger`` module attribute; off by default, so the output stays
+    structurally equal to what the stock pass and a hand-written Expected module give.
     ``engine_options`` (a ``fold_guard.relax._engine.EngineOptions``) sets every engine switch
     at once, each speed mechanism included, for tests and benchmarks; it excludes the three.
 
@@ -179,7 +184,7 @@ def fold(
             "pass either engine_options or kernel_cache / threads / reference_engine"
         )
     with isolated_pass_context(), _compat.remembering_types():
-        return _fold(mod, policy, strict, max_fold_bytes, engine_options)
+        return _fold(mod, policy, strict, max_fold_bytes, engine_options, ledger)
 
 
 def _fold(
@@ -188,6 +193,7 @@ def _fold(
     strict: bool,
     max_fold_bytes: Optional[int],
     options: EngineOptions,
+    ledger: bool = False,
 ) -> FoldResult:
     timer = StepTimer()
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
@@ -229,10 +235,13 @@ def _fold(
         raise PlanInvariantError(
             "fold_guard produced a module that is not well formed; please report it"
         )
+    modified = not tvm_ffi.structural_equal(new_mod, mod)
+    if ledger:
+        new_mod = attach_ledger(new_mod, fold_plan, translation.sites)
     return fold_result(
         new_mod,
         fold_plan,
-        modified=not tvm_ffi.structural_equal(new_mod, mod),
+        modified=modified,
         implementation=IMPLEMENTATION,
         timer=timer,
         constant_bytes=functools.partial(_constant_bytes, mod, new_mod),

@@ -1,0 +1,114 @@
+"""The precision ledger of a Relax module: written by ``fold`` / ``annotate``, read by :func:`ledger`.
+
+The rows come from the TVM-free core (:mod:`fold_guard._core.ledger`); this module only keys them
+(a constant by the SHA-256 of its dtype, shape and bytes, a weight parameter by its name: a
+variable's name is not a key, passes rename them) and stores them as the module attribute
+``fold_guard.ledger``, which ``tvm.ir.save_json`` / ``load_json`` and TVM's pipelines
+(``relax.get_pipeline("zero")`` / ``"default"``) carry unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import tvm
+from tvm import relax
+
+from .._core.ledger import (
+    LEDGER_ATTR,
+    LedgerRow,
+    ledger_payload,
+    ledger_rows,
+    ledger_rows_from_payload,
+)
+from .._core.planner import FoldPlan
+from . import _compat
+from ._sites import CallSite
+
+__all__ = ["attach_ledger", "constant_key", "ledger"]
+
+
+def constant_key(const: Any) -> str:
+    """``sha256:<16 hex digits>`` of a Relax constant's dtype, shape and bytes."""
+    array = _compat.constant_array(const).numpy()
+    digest = hashlib.sha256(f"{array.dtype}{list(array.shape)}".encode())
+    digest.update(array.tobytes())
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+def _weight_key(sites: Sequence[CallSite]) -> Any:
+    def key(node_id: int, index: int) -> Optional[str]:
+        site = sites[node_id]
+        if index >= len(site.leaves):
+            return None
+        constant = site.leaf_constants[index] if index < len(site.leaf_constants) else None
+        if constant is not None and _compat.is_constant(constant):
+            return constant_key(constant)
+        leaf = site.leaves[index]
+        if constant is None and isinstance(leaf, relax.Var):
+            # a weight parameter: LiftTransformParams keeps its name in the transform function
+            return "param:" + _compat.var_name(leaf)
+        return None
+
+    return key
+
+
+def attach_ledger(
+    mod: tvm.IRModule,
+    plan: FoldPlan,
+    sites: Sequence[CallSite],
+    layers: Optional[Mapping[Tuple[str, str], str]] = None,
+) -> tvm.IRModule:
+    """``mod`` with the plan's rows added to its ledger attribute (rows already there stay)."""
+    rows = ledger_rows(plan, _weight_key(sites), layers)
+    previous = _payload(mod)
+    return mod.with_attr(LEDGER_ATTR, ledger_payload(rows, previous))
+
+
+def _payload(mod: tvm.IRModule) -> Optional[Dict[str, Any]]:
+    attrs = mod.attrs
+    if attrs is None or LEDGER_ATTR not in attrs:
+        return None
+    return _plain(attrs[LEDGER_ATTR])
+
+
+def _plain(value: Any) -> Any:
+    """A TVM Map / Array / string / integer as plain Python."""
+    if isinstance(value, (str, int, float)):
+        return value
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "__len__") and hasattr(value, "__getitem__"):
+        return [_plain(v) for v in value]
+    if hasattr(value, "value"):
+        return value.value
+    return value
+
+
+def ledger(mod: tvm.IRModule) -> List[LedgerRow]:
+    """The precision ledger ``fold`` / ``annotate`` (``ledger=True``) wrote into ``mod``.
+
+    One :class:`~fold_guard._core.ledger.LedgerRow` per weight: its content key, source layer,
+    dtype, shape and bytes before and after, the action (``folded`` / ``kept`` / ``lifted``) and
+    the rule that decided. Empty for a module without a ledger.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import tvm
+    >>> from tvm import relax
+    >>> import fold_guard.relax as fgr
+    >>> bb = relax.BlockBuilder()
+    >>> x = relax.Var("x", relax.TensorType((1, 4), "float32"))
+    >>> w = relax.const(np.ones((4, 4), "int8"))
+    >>> with bb.function("main", [x]):
+    ...     with bb.dataflow():
+    ...         dq = bb.emit(relax.op.dequantize(w, relax.const(0.5), relax.const(0, "int8")))
+    ...         y = bb.emit_output(relax.op.matmul(x, dq))
+    ...     _ = bb.emit_func_output(y)
+    >>> mod = fgr.fold(bb.get(), policy="keep-qdq-weights", ledger=True).mod
+    >>> [row.brief() for row in fgr.ledger(tvm.ir.load_json(tvm.ir.save_json(mod)))]
+    ['sha256:bef79c0aacebb5cf: kept int8[4, 4] -> int8[4, 4] [keep-dequantize-of-integer-constant]']
+    """
+    return ledger_rows_from_payload(_payload(mod))
