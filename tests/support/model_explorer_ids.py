@@ -10,11 +10,13 @@ fold_guard, so the ids are the adapter's, not a copy of its scheme.
 import json
 import sys
 
-from model_explorer import node_data_builder as ndb
-from model_explorer_onnx.main import ONNXAdapter
-
 
 def main(model_path: str, node_data_path: str) -> None:
+    # Imported here: the suites collect this file for doctests, and their venvs have no Model
+    # Explorer (the 504 MB adapter lives only in the venv this script is run in).
+    from model_explorer import node_data_builder as ndb
+    from model_explorer_onnx.main import ONNXAdapter
+
     graphs = ONNXAdapter().convert(model_path, settings={})["graphs"]
     ids = {graph.id: [node.id for node in graph.nodes] for graph in graphs}
     with open(node_data_path) as f:
