@@ -83,7 +83,8 @@ def test_wheel_holds_the_package_files_and_nothing_else(wheel: zipfile.ZipFile) 
     package = sorted(set(names) - dist_info)
     expected = sorted(
         [path.relative_to(ROOT).as_posix() for path in (ROOT / "fold_guard").rglob("*.py")]
-        + ["fold_guard/cli/report.schema.json", "_fold_guard_cli.py"]
+        + [path.relative_to(ROOT).as_posix() for path in (ROOT / "fold_guard").rglob("*.json")]
+        + ["_fold_guard_cli.py"]
     )
     assert package == expected
     assert not any(name.startswith("fold_guard/testing/") for name in names)

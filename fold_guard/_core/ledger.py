@@ -13,7 +13,7 @@ variables do not break them. The adapters store :func:`ledger_payload` as a modu
 
 >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
 >>> from fold_guard._core.planner import plan_folds
->>> from fold_guard._core.policy import resolve_policy
+>>> from fold_guard._core.registry import resolve_policy
 >>> f32, i8 = TensorInfo.of("float32", (4, 4)), TensorInfo.of("int8", (4, 4))
 >>> w, x = NodeInput(InputKind.CONSTANT, "W", f32), NodeInput(InputKind.RUNTIME, "x", f32)
 >>> q = FoldNode(0, "relax.quantize", "q", "main", (w,), (i8,))
