@@ -283,7 +283,7 @@ def _operand_is_lifted(plan: FoldPlan, barrier: FoldNode) -> bool:
     operand = barrier.inputs[0]
     if operand.kind is InputKind.PARAMETER:
         return True
-    if operand.kind is not InputKind.NODE:
+    if operand.kind not in (InputKind.NODE, InputKind.TUPLE_ITEM):
         return False
     source = plan.graph.nodes[operand.source]
     return source.op not in LIFT_STOP_OPS and plan.lifts(source.id)

@@ -103,6 +103,11 @@ class InputKind(Enum):
     #: known before run time, but not to this pass; ``LiftTransformParams`` computes what depends
     #: only on such parameters and constants ahead of run time
     PARAMETER = "parameter"
+    #: one item of another node's tuple result, read through a tuple-item binding (Relax
+    #: ``q = encoded[0]``; ``node`` names the call): never constant to folding, since the stock
+    #: pass folds no tuple item, but known before run time when that call is lifted
+    #: (``LiftTransformParams`` lifts tuple items with the call that makes them)
+    TUPLE_ITEM = "tuple_item"
 
 
 @dataclass(frozen=True)
@@ -271,7 +276,8 @@ def reachable_from_constants(
     output is not constant is still in the result when its inputs are. This is the one definition
     of "computes from constants"; whether a node *folds* is the planner's (a node can compute from
     constants and still be kept). ``with_parameters`` counts a weight passed as a parameter
-    (``InputKind.PARAMETER``) as a constant: "computes from weights", known before run time.
+    (``InputKind.PARAMETER``) as a constant, and a tuple item (``InputKind.TUPLE_ITEM``) of a
+    node found: "computes from weights", known before run time.
 
     >>> t = TensorInfo.of("float32", (2,))
     >>> c, x = NodeInput(InputKind.CONSTANT, "c", t), NodeInput(InputKind.RUNTIME, "x", t)
@@ -292,11 +298,12 @@ def reachable_from_constants(
     leaf_kinds = (
         (InputKind.CONSTANT, InputKind.PARAMETER) if with_parameters else (InputKind.CONSTANT,)
     )
+    source_kinds = (InputKind.NODE, InputKind.TUPLE_ITEM) if with_parameters else (InputKind.NODE,)
     found: Set[int] = set()
     for node_id, (node_inputs, _) in enumerate(nodes):
         if all(
             inp.kind in leaf_kinds
-            or (inp.kind is InputKind.NODE and inp.source in found and inp.source not in blocked)
+            or (inp.kind in source_kinds and inp.source in found and inp.source not in blocked)
             for inp in node_inputs
         ):
             found.add(node_id)

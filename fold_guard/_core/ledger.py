@@ -208,7 +208,11 @@ def _region(plan: FoldPlan, frontier: int, weight_side: Set[int] | frozenset[int
     stack = [frontier]
     while stack:
         for inp in plan.graph.nodes[stack.pop()].inputs:
-            if inp.kind is InputKind.NODE and inp.source in weight_side and inp.source not in seen:
+            if (
+                inp.kind in (InputKind.NODE, InputKind.TUPLE_ITEM)
+                and inp.source in weight_side
+                and inp.source not in seen
+            ):
                 seen.add(inp.source)
                 stack.append(inp.source)
     return sorted(seen)

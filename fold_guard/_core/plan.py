@@ -105,12 +105,14 @@ class FoldPlan:
     def has_inputs_before_run_time(self, node_id: int) -> bool:
         """Whether every input is known before run time under this plan.
 
-        That is, a constant, a weight parameter, or a node this plan folds or lifts: the node is
-        on the constant path or on the parameter path, and not downstream of anything kept.
+        That is, a constant, a weight parameter, a node this plan folds or lifts, or an item of a
+        tuple this plan lifts: the node is on the constant path or on the parameter path, and not
+        downstream of anything kept.
         """
         return all(
             inp.kind in (InputKind.CONSTANT, InputKind.PARAMETER)
             or (inp.kind is InputKind.NODE and self.decisions[inp.source].action is not Action.KEEP)
+            or (inp.kind is InputKind.TUPLE_ITEM and self.lifts(inp.source))
             for inp in self.graph.nodes[node_id].inputs
         )
 

@@ -298,7 +298,7 @@ def _parameter_path(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
     """
     if not any(
         inp.kind is InputKind.PARAMETER
-        or (inp.kind is InputKind.NODE and sweep.values[inp.source].lifted)
+        or (inp.kind in _SOURCE_KINDS and sweep.values[inp.source].lifted)
         for inp in node.inputs
     ):
         return None
@@ -430,6 +430,9 @@ def _unmet_consumer(
     return ""
 
 
+#: Inputs that read another node's result: whole, or one item of its tuple.
+_SOURCE_KINDS = (InputKind.NODE, InputKind.TUPLE_ITEM)
+
 # The cause a run-time input gives; ``_inherit`` tells it apart by identity to word its detail.
 _RUNTIME = _Value(False, Reason.NOT_CONSTANT, "", "", "a run-time input")
 
@@ -451,6 +454,10 @@ def _first_non_constant(
     for inp in node.inputs:
         if inp.kind is InputKind.RUNTIME:
             return inp.label, _RUNTIME
+        if inp.kind is InputKind.TUPLE_ITEM:
+            if values[inp.source].lifted:
+                continue
+            return inp.label, _RUNTIME  # the stock pass folds no tuple item
         if inp.kind is InputKind.NODE and not values[inp.source].before_run_time:
             value = values[inp.source]
             rank = _CAUSE_RANK.get(value.reason, 0)

@@ -98,7 +98,7 @@ class GraphUses:
         for node in self.graph.nodes:
             if any(
                 inp.kind is InputKind.PARAMETER
-                or (inp.kind is InputKind.NODE and inp.source in found)
+                or (inp.kind in (InputKind.NODE, InputKind.TUPLE_ITEM) and inp.source in found)
                 for inp in node.inputs
             ):
                 found.add(node.id)

@@ -49,6 +49,7 @@ class Bound(Enum):
     NODE = "node"  # the result of a call binding
     SHAPE = "shape"  # a ShapeExpr
     WEIGHT = "weight"  # a parameter stock LiftTransformParams lifts from (``num_input`` on)
+    ITEM = "item"  # one item of a call binding's tuple result (``q = encoded[0]``)
     OPAQUE = "opaque"
 
 
@@ -99,6 +100,12 @@ def add_leaf(arg: relax.Expr, env: Scope, out: Leaves) -> object:
         out.inputs.append(NodeInput(InputKind.CONSTANT, _compat.var_name(arg), tensor))
     elif bound.kind is Bound.NODE and is_tensor:
         out.inputs.append(NodeInput(InputKind.NODE, _compat.var_name(arg), tensor, bound.node))
+        constant = _zero_size_constant(tensor, index, out)
+    elif bound.kind is Bound.ITEM and is_tensor:
+        # never constant to the stock pass; lifted with its call (see InputKind.TUPLE_ITEM)
+        out.inputs.append(
+            NodeInput(InputKind.TUPLE_ITEM, _compat.var_name(arg), tensor, bound.node)
+        )
         constant = _zero_size_constant(tensor, index, out)
     elif bound.kind is Bound.WEIGHT and is_tensor and not _is_zero_size(tensor):
         out.inputs.append(NodeInput(InputKind.PARAMETER, _compat.var_name(arg), tensor))

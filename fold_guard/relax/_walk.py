@@ -290,6 +290,7 @@ def _walk_seq(
                 env[key] = Env(Bound.NODE, node=node_id)
             else:
                 _mark_escaping(value, env, out)
+                env[key] = _item_of_node(value, env)
                 if isinstance(value, relax.If):
                     for branch in (value.true_branch, value.false_branch):
                         if isinstance(branch, relax.SeqExpr):
@@ -298,13 +299,21 @@ def _walk_seq(
                     inner = dict(env)
                     inner.update({_compat.handle(p): OPAQUE for p in value.params[:]})
                     _walk_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
-                env[key] = OPAQUE
     if not _compat.has_type(seq.body):
         # a function built without a BlockBuilder (relax.Function(params, call)): TVM's
         # normalizer would write the types it infers into the caller's nodes
         result_args = seq.body.args[:] if isinstance(seq.body, relax.Call) else []
         check_normalized(scope, "its result", seq.body, result_args)
     _mark_escaping(seq.body, env, out)
+
+
+def _item_of_node(value: relax.Expr, env: Scope) -> Env:
+    """``encoded[i]`` of a call binding's tuple result is that call's item; anything else opaque."""
+    if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
+        bound = env.get(_compat.handle(value.tuple_value), OPAQUE)
+        if bound.kind is Bound.NODE:
+            return Env(Bound.ITEM, node=bound.node)
+    return OPAQUE
 
 
 def _mark_escaping(expr: relax.Expr, env: Scope, out: Walk) -> None:

@@ -4,6 +4,7 @@
     c = g.const("c")                     # a literal constant, float32 (4,) by default
     x = g.runtime("x")                   # a run-time input
     w = g.param("w")                     # a weight passed as a parameter (Relax num_input)
+    i = g.item(e, "i")                   # one item of e's tuple result (Relax ``i = e[0]``)
     e = g.call("relax.exp", c)           # label defaults to "e0", "e1", ... (op suffix + id)
     b = g.barrier(e, label="b")
     y = g.call("relax.add", x, b, label="y")
@@ -87,6 +88,10 @@ class G:
         self, label: str, dtype: str = "float32", shape: Sequence[Optional[int]] = (4,)
     ) -> Ref:
         return Ref(InputKind.PARAMETER, label, TensorInfo.of(dtype, shape))
+
+    def item(self, tuple_ref: Ref, label: str, dtype: str = "float32", shape=(4,)) -> Ref:
+        """An item of ``tuple_ref``'s tuple result, read through a tuple-item binding."""
+        return Ref(InputKind.TUPLE_ITEM, label, TensorInfo.of(dtype, shape), tuple_ref.node)
 
     # Calls ----------------------------------------------------------------------------------
     def call(

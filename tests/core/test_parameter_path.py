@@ -14,11 +14,13 @@ parameter lifting (``LiftTransformParams``), under the same precedence as a fold
 
 from __future__ import annotations
 
+import dataclasses
 from functools import cache
-from typing import Dict
+from typing import Dict, FrozenSet, Tuple
 
 from graphdsl import LIFT_STOP_OP, G, Ref, apply_placements, decision, summary
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_properties import Case, cases
 
 from fold_guard._core import (
@@ -27,6 +29,8 @@ from fold_guard._core import (
     Annotation,
     FoldGraph,
     InputKind,
+    NodeInput,
+    TensorInfo,
     plan_folds,
 )
 from fold_guard._core.annotate import Annotated, placements
@@ -72,6 +76,53 @@ def test_default_lifts_everything_computed_from_weights_and_constants():
     assert [d.action for d in plan.decisions] == [Action.LIFT, Action.LIFT, Action.KEEP]
     assert [d.label for d in plan.lifted] == ["q", "dq"]
     assert not plan.folded
+
+
+def _encode_decode(weight_kind: str) -> FoldGraph:
+    """TVM's CUTLASS-style flow: one encode kernel of two results, read through tuple items.
+
+    w ─ e=encode ─┬─ e[0] (int8) ─ d=decode ─ y=matmul
+                  └─ e[1] (scale) ┘       x ┘
+    """
+    g = G()
+    w = g.param("w", *F32) if weight_kind == "param" else g.const("w", *F32)
+    enc = g.call(
+        "relax.call_tir",
+        w,
+        label="e",
+        outputs=(TensorInfo.of(*I8), TensorInfo.of("float16", (4,))),
+        callee="encode",
+    )
+    packed, scale = g.item(enc, "q", *I8), g.item(enc, "s", "float16", (4,))
+    dec = g.call("relax.call_tir", packed, scale, label="d", dtype="float16", callee="decode")
+    g.call("relax.matmul", g.runtime("x", "float16", (8, 4)), dec, label="y")
+    return g.build()
+
+
+def test_tuple_items_of_a_lifted_call_are_known_before_run_time():
+    """The decode reads the encode's results through tuple items: lifted with the encode by
+    default, kept by the QDQ policy (and its barrier then needs the lift stop)."""
+    assert summary(plan_folds(_encode_decode("param"), DEFAULT_POLICY)) == {
+        "e": "LIFTED default",
+        "d": "LIFTED default",
+        "y": "NOT_CONSTANT",
+    }
+    graph = _encode_decode("param")
+    keep = plan_folds(graph, KEEP_QDQ_WEIGHTS_POLICY)
+    assert summary(keep) == {
+        "e": "LIFTED fold-quantize-of-constant",
+        "d": "KEPT_BY_POLICY keep-dequantize-of-integer-constant",
+        "y": "NOT_CONSTANT",
+    }
+    (barrier,) = placements(keep, plan_folds(graph, DEFAULT_POLICY))
+    assert (barrier.node, barrier.operand, barrier.stops_lift) == (1, 0, True)
+
+
+def test_tuple_items_of_a_folded_call_are_not_constant_as_in_the_stock_pass():
+    """On constants the encode folds, but no tuple item is a constant to the stock pass."""
+    plan = plan_folds(_encode_decode("const"), DEFAULT_POLICY)
+    assert summary(plan) == {"e": "FOLDED default", "d": "NOT_CONSTANT", "y": "NOT_CONSTANT"}
+    assert decision(plan, "d").detail == "'q' is a run-time input"
 
 
 def test_a_call_on_constants_only_still_folds_beside_the_parameter_path():
@@ -310,6 +361,71 @@ def test_placed_annotations_make_the_default_lift_and_fold_as_the_policy(case):
             assert not default_plan.lifts(node.inputs[0].source), default_plan.explain()
         if node.annotation is Annotation.BARRIER:
             assert node.inputs[0].kind is not InputKind.PARAMETER, default_plan.explain()
+
+
+def _as_items(graph: FoldGraph, chosen: FrozenSet[Tuple[int, int]]) -> FoldGraph:
+    """``graph`` with the node inputs at ``chosen`` (node id, input index) read as tuple items."""
+    return FoldGraph(
+        tuple(
+            dataclasses.replace(
+                node,
+                inputs=tuple(
+                    dataclasses.replace(inp, kind=InputKind.TUPLE_ITEM)
+                    if (node.id, index) in chosen
+                    else inp
+                    for index, inp in enumerate(node.inputs)
+                ),
+            )
+            for node in graph.nodes
+        )
+    )
+
+
+@st.composite
+def cases_with_items(draw) -> Tuple[Case, FoldGraph]:
+    # No fold_allow: its subgraph ends at a tuple item (allowed_cone follows whole reads only).
+    case = draw(cases(parameters=True, allows=False))
+    reads = [
+        (node.id, index)
+        for node in case.graph.nodes
+        for index, inp in enumerate(node.inputs)
+        if inp.kind is InputKind.NODE
+    ]
+    chosen = frozenset(draw(st.sets(st.sampled_from(reads)))) if reads else frozenset()
+    return case, _as_items(case.graph, chosen)
+
+
+@SETTINGS
+@given(cases_with_items())
+def test_a_tuple_item_is_its_call_when_lifted_and_a_run_time_input_otherwise(drawn):
+    """The tuple-item rule as a fixed point: replacing each tuple item by a plain read of its
+    call where the plan lifts that call, and by a run-time input where it does not, gives a
+    graph without tuple items that the planner decides exactly the same way."""
+    case, graph = drawn
+    plan = plan_folds(graph, case.policy, eval_failures=case.failures)
+    resolved = FoldGraph(
+        tuple(
+            dataclasses.replace(
+                node,
+                inputs=tuple(
+                    (
+                        dataclasses.replace(inp, kind=InputKind.NODE)
+                        if plan.lifts(inp.source)
+                        else NodeInput(InputKind.RUNTIME, inp.label, inp.tensor)
+                    )
+                    if inp.kind is InputKind.TUPLE_ITEM
+                    else inp
+                    for inp in node.inputs
+                ),
+            )
+            for node in graph.nodes
+        )
+    )
+    again = plan_folds(resolved, case.policy, eval_failures=case.failures)
+    assert summary(again) == summary(plan), (plan.explain(), again.explain())
+    for node in graph.nodes:  # soundness: nothing reading a tuple item ever folds
+        if any(inp.kind is InputKind.TUPLE_ITEM for inp in node.inputs):
+            assert not plan.folds(node.id), plan.explain()
 
 
 # Conditional rules on the parameter path -----------------------------------------------------

@@ -44,10 +44,18 @@ LAZY = tvm.ir.transform.Sequential(
 # ----------------------------------------------------------------------------------- helpers
 
 
-def _module(bits: int, **shape) -> tvm.IRModule:
-    """The CUTLASS-style module with one kernel per encoded result (``encode`` and
-    ``encode_scale``); TVM's own form, one ``encode`` of two results, is the xfail below."""
-    return lowbit_llm.build_cutlass_style_module(bits=bits, split_encode=True, **shape)
+#: TVM's own form (one ``encode`` kernel of two results, read through tuple items) and one
+#: kernel per encoded result (``encode``, ``encode_scale``).
+FORMS = [pytest.param(False, id="tuple-encode"), pytest.param(True, id="split-encode")]
+
+
+def _module(bits: int, split: bool = False, **shape) -> tvm.IRModule:
+    """The CUTLASS-style module (``split``: one encode kernel per encoded result)."""
+    return lowbit_llm.build_cutlass_style_module(bits=bits, split_encode=split, **shape)
+
+
+def _encoders(split: bool) -> List[str]:
+    return ["encode", "encode_scale"] if split else ["encode"]
 
 
 def _kernels(func: relax.Function) -> List[str]:
@@ -129,7 +137,7 @@ def _decode_matmul_composites(mod: tvm.IRModule) -> List[str]:
 
 @pytest.mark.stock
 @pytest.mark.parametrize("bits", BITS)
-@pytest.mark.parametrize("split", [True, False], ids=["split-encode", "tuple-encode"])
+@pytest.mark.parametrize("split", FORMS)
 def test_stock_lifting_moves_the_decode_into_the_transform(bits, split):
     """The contrast: without stops, ``main`` receives the decoded float16 weight."""
     module = lowbit_llm.build_cutlass_style_module(bits=bits, split_encode=split)
@@ -139,37 +147,43 @@ def test_stock_lifting_moves_the_decode_into_the_transform(bits, split):
     assert _param_dtypes(lifted["main"]) == ["float16", "float16"]
 
 
+@pytest.mark.parametrize("split", FORMS)
 @pytest.mark.parametrize("bits", BITS)
-def test_annotate_then_lift_keeps_the_decode_in_main_as_the_hand_placed_stops_do(bits):
-    mod = _module(bits)
+def test_annotate_then_lift_keeps_the_decode_in_main_as_the_hand_placed_stops_do(bits, split):
+    """The decode reads the encode's results through tuple items in TVM's form: they are lifted
+    with the encode, so the decode is on the parameter path and the policy keeps it."""
+    mod = _module(bits, split)
+    plan = fgr.plan(mod, policy=KEEP)
+    decode = next(d for d in plan.decisions if d.label == "w_decoded")
+    assert (decode.action.value, decode.rule) == ("keep", "keep-dequantize-of-integer-constant")
     lifted = relax.transform.LiftTransformParams()(fgr.annotate(mod, policy=KEEP).mod)
     # TVM's test writes stop_lift_params on the decode's operands by hand: the same placement.
     by_hand = relax.transform.LiftTransformParams()(
-        lowbit_llm.build_cutlass_style_module(bits=bits, hand_stops=True, split_encode=True)
+        lowbit_llm.build_cutlass_style_module(bits=bits, hand_stops=True, split_encode=split)
     )
     for lifted_mod in (lifted, by_hand):
-        assert _kernels(lifted_mod["main_transform_params"]) == ["encode", "encode_scale"]
+        assert _kernels(lifted_mod["main_transform_params"]) == _encoders(split)
         assert _kernels(lifted_mod["main"]) == ["decode"]
         # main reads the encoded weight (int8, or two int4 in an int8) and its float16 scales
         assert _param_dtypes(lifted_mod["main"]) == ["float16", "int8", "float16"]
-    tvm.ir.assert_structural_equal(mod, _module(bits))  # untouched
+    tvm.ir.assert_structural_equal(mod, _module(bits, split))  # untouched
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Relax adapter reads a TupleGetItem of a weight-only call (one encode kernel with "
-    "two results, TVM's own form) as a run-time input, so the decode is neither lifted nor kept; "
-    "stock LiftTransformParams lifts it (fold_guard/relax/_walk.py)",
-)
-def test_one_encode_of_two_results_keeps_the_decode_in_main_too():
-    mod = lowbit_llm.build_cutlass_style_module(bits=8)
-    lifted = relax.transform.LiftTransformParams()(fgr.annotate(mod, policy=KEEP).mod)
-    assert _kernels(lifted["main"]) == ["decode"]
+def test_tuple_items_of_a_folded_encode_stay_run_time_inputs_as_in_stock():
+    """Weights bound as constants: the encode folds to a tuple of constants, and as in the stock
+    pass its items are not constants, so the decode does not fold (guarantee 1)."""
+    mod = _module(8, False, k=8, n=8)
+    w = np.random.default_rng(0).standard_normal((8, 8)).astype("float16")
+    bound = relax.transform.BindParams("main", {"w": tvm.runtime.tensor(w)})(mod)
+    stock = relax.transform.FoldConstant()(bound)
+    tvm.ir.assert_structural_equal(fgr.FoldConstant()(bound), stock)
+    assert _kernels(stock["main"]) == ["decode"]
 
 
+@pytest.mark.parametrize("split", FORMS)
 @pytest.mark.parametrize("bits", BITS)
-def test_tvm_cutlass_decode_matmul_pattern_matches_main_only_after_annotate(bits):
-    mod = _module(bits)
+def test_tvm_cutlass_decode_matmul_pattern_matches_main_only_after_annotate(bits, split):
+    mod = _module(bits, split)
     stock = relax.transform.LiftTransformParams()(mod)
     ours = relax.transform.LiftTransformParams()(fgr.annotate(mod, policy=KEEP).mod)
     assert _decode_matmul_composites(stock) == []
@@ -178,10 +192,11 @@ def test_tvm_cutlass_decode_matmul_pattern_matches_main_only_after_annotate(bits
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("split", FORMS)
 @pytest.mark.parametrize("bits", BITS)
-def test_lifted_module_runs_bit_for_bit_as_the_unannotated_one(bits):
+def test_lifted_module_runs_bit_for_bit_as_the_unannotated_one(bits, split):
     k, n = 64, 96
-    mod = _module(bits, k=k, n=n)
+    mod = _module(bits, split, k=k, n=n)
     data = _inputs(k, n)
     expected = _run_unlifted(mod, data)
     ours, (packed, scale) = _run_lifted(
@@ -199,15 +214,16 @@ def test_lifted_module_runs_bit_for_bit_as_the_unannotated_one(bits):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("split", FORMS)
 @pytest.mark.parametrize("bits", BITS)
-def test_lazy_transform_params_keeps_the_decode_in_main_and_loads_the_same_weights(bits):
+def test_lazy_transform_params_keeps_the_decode_in_main_and_loads_the_same_weights(bits, split):
     k, n = 64, 96
-    mod = _module(bits, k=k, n=n)
+    mod = _module(bits, split, k=k, n=n)
     data = _inputs(k, n)
     lifted = relax.transform.LiftTransformParams()(fgr.annotate(mod, policy=KEEP).mod)
     lazy = LAZY(lifted)
     assert _kernels(lazy["main"]) == ["decode"]
-    assert {"encode", "encode_scale"} <= set(_kernels(lazy["main_transform_params"]))
+    assert set(_encoders(split)) <= set(_kernels(lazy["main_transform_params"]))
     assert "decode" not in _kernels(lazy["main_transform_params"])
 
     written: Dict[int, np.ndarray] = {}
@@ -230,9 +246,10 @@ def test_lazy_transform_params_keeps_the_decode_in_main_and_loads_the_same_weigh
     np.testing.assert_array_equal(out.numpy(), _run_unlifted(mod, data))
 
 
-def test_default_policy_writes_nothing_into_the_cutlass_style_module():
+@pytest.mark.parametrize("split", FORMS)
+def test_default_policy_writes_nothing_into_the_cutlass_style_module(split):
     """Guarantee 1 on this flow: ``default`` changes nothing, so stock lifting is unchanged."""
-    mod = _module(8)
+    mod = _module(8, split)
     annotated = fgr.annotate(mod, policy="default").mod
     tvm.ir.assert_structural_equal(annotated, mod)
 
