@@ -118,9 +118,8 @@ def lift_cutlass_style(bits: int) -> None:
     from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
 
     patterns = get_patterns_with_prefix("cutlass.decode_matmul")
-    # one kernel per encoded result: fold_guard does not yet read TVM's one encode of two
-    # results (a TupleGetItem of a weight-only call) as known before run time
-    mod = lowbit_llm.build_cutlass_style_module(k=64, n=96, bits=bits, split_encode=True)
+    # TVM's own form: one encode kernel of two results (int8 weight, fp16 scales)
+    mod = lowbit_llm.build_cutlass_style_module(k=64, n=96, bits=bits)
     rng = np.random.default_rng(2)
     x = rng.uniform(-1, 1, (4, 64)).astype("float16")
     w = (rng.standard_normal((64, 96)) / 8).astype("float16")
