@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .allowed import allowed_cone, check_annotations
-from .graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput
+from .graph import Annotation, FoldGraph, FoldNode, InputKind
 from .plan import (
     ALLOW_RULE,
     BARRIER_RULE,
@@ -40,6 +40,7 @@ from .plan import (
 from .policy import BUDGET_RULE, CallView, FoldPolicy, ask
 from .reasons import Action, Reason
 from .uses import GraphUses
+from .values import LIFTED, RUNTIME, SOURCE_KINDS, Value, first_non_constant, is_constant
 
 __all__ = [
     "ALLOW_RULE",
@@ -57,32 +58,6 @@ logger = logging.getLogger("fold_guard")
 
 #: The rule a lowered call no rule recognised is kept by, under ``lowered_fallback=Action.KEEP``.
 UNRECOGNISED_KERNEL_RULE = "lowered_fallback"
-
-
-@dataclass(frozen=True)
-class _Value:
-    """Whether a node's output is constant and, if not, the cause consumers inherit.
-
-    ``origin`` is where the cause starts (a run-time input, a barrier, a kept or unevaluable
-    call) and ``detail`` what went wrong there, so a ``fold_allow`` far downstream can say why.
-    ``lifted`` marks a value that is not constant here but known before run time (the
-    parameter path); its consumers are not blocked by it.
-    """
-
-    constant: bool
-    reason: Reason = Reason.FOLDED
-    rule: str = ""
-    origin: str = ""
-    detail: str = ""
-    root: Optional[int] = None
-    lifted: bool = False
-
-    @property
-    def before_run_time(self) -> bool:
-        return self.constant or self.lifted
-
-
-_LIFTED = _Value(False, Reason.LIFTED, lifted=True)
 
 
 def plan_folds(
@@ -136,7 +111,7 @@ def plan_folds(
 
 
 #: A node's decision and the value its consumers see.
-_Outcome = Tuple[FoldDecision, _Value]
+_Outcome = Tuple[FoldDecision, Value]
 
 
 @dataclass
@@ -154,7 +129,7 @@ class _Sweep:
     uses: GraphUses
     vetoed: Mapping[int, str]
     conditional: Set[int] = field(default_factory=set)
-    values: Dict[int, _Value] = field(default_factory=dict)
+    values: Dict[int, Value] = field(default_factory=dict)
 
     def run(self) -> List[FoldDecision]:
         decisions = []
@@ -173,28 +148,28 @@ class _Verdict:
         self.node = node
 
     def keep(
-        self, reason: Reason, rule: str = "", detail: str = "", cause: Optional[_Value] = None
+        self, reason: Reason, rule: str = "", detail: str = "", cause: Optional[Value] = None
     ) -> _Outcome:
         node = self.node
         root = None if cause is None else cause.root
         decision = FoldDecision(
             node.id, node.label, node.op, Action.KEEP, reason, rule, detail, root
         )
-        return decision, cause or _Value(False, reason, rule, node.label, detail, node.id)
+        return decision, cause or Value(False, reason, rule, node.label, detail, node.id)
 
     def fold(self, rule: str, detail: str = "") -> _Outcome:
         node = self.node
         decision = FoldDecision(
             node.id, node.label, node.op, Action.FOLD, Reason.FOLDED, rule, detail
         )
-        return decision, _Value(True)
+        return decision, Value(True)
 
     def lift(self, rule: str, detail: str = "") -> _Outcome:
         node = self.node
         decision = FoldDecision(
             node.id, node.label, node.op, Action.LIFT, Reason.LIFTED, rule, detail
         )
-        return decision, _LIFTED
+        return decision, LIFTED
 
 
 def _decide(node: FoldNode, sweep: _Sweep) -> _Outcome:
@@ -217,8 +192,8 @@ def _barrier(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
     if node.annotation is not Annotation.BARRIER:
         return None
     detail = "the barrier stays; nothing that consumes it folds"
-    if _first_non_constant(node, sweep.values) is None:
-        if all(_is_constant(inp, sweep.values) for inp in node.inputs):
+    if first_non_constant(node, sweep.values) is None:
+        if all(is_constant(inp, sweep.values) for inp in node.inputs):
             detail = "operand is constant; " + detail
         else:
             detail = (
@@ -231,11 +206,11 @@ def _barrier(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
 def _blocked(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
     """A node that cannot fold whatever the rules say: an input is not known before run time.
 
-    The blocking input is the strongest (:func:`_first_non_constant`); a node that reads only a
+    The blocking input is the strongest (:func:`first_non_constant`); a node that reads only a
     barrier's static type (``type_source``) is blocked by the barrier too. Another cause that
     blocks a node before any rule is asked belongs here, as a clause of its own.
     """
-    blocker = _first_non_constant(node, sweep.values)
+    blocker = first_non_constant(node, sweep.values)
     source = node.type_source
     if blocker is None and source is not None:
         if sweep.graph.nodes[source].annotation is Annotation.BARRIER:
@@ -245,7 +220,7 @@ def _blocked(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
     return _inherit(node, sweep.graph, *blocker)
 
 
-def _inherit(node: FoldNode, graph: FoldGraph, label: str, cause: _Value) -> _Outcome:
+def _inherit(node: FoldNode, graph: FoldGraph, label: str, cause: Value) -> _Outcome:
     """Keep ``node``, whose input ``label`` is not constant because of ``cause``."""
     keep = _Verdict(node).keep
     allow = node.annotation is Annotation.ALLOW
@@ -268,9 +243,9 @@ def _inherit(node: FoldNode, graph: FoldGraph, label: str, cause: _Value) -> _Ou
         where = "" if cause.origin == label else f"{cause.origin}: "
         detail = f"operand {label} cannot fold: {where}{cause.detail}"
         return keep(cause.reason, "", detail, cause)
-    if cause is _RUNTIME:
+    if cause is RUNTIME:
         # Quoted, because a parameter named "input" read "input input is not constant".
-        runtime = _Value(False, Reason.NOT_CONSTANT, "", label, cause.detail)
+        runtime = Value(False, Reason.NOT_CONSTANT, "", label, cause.detail)
         return keep(Reason.NOT_CONSTANT, "", f"{label!r} is a run-time input", runtime)
     return keep(Reason.NOT_CONSTANT, "", f"input {label} is not constant", cause)
 
@@ -298,7 +273,7 @@ def _parameter_path(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
     """
     if not any(
         inp.kind is InputKind.PARAMETER
-        or (inp.kind in _SOURCE_KINDS and sweep.values[inp.source].lifted)
+        or (inp.kind in SOURCE_KINDS and sweep.values[inp.source].lifted)
         for inp in node.inputs
     ):
         return None
@@ -409,12 +384,6 @@ def _unrecognised_kernel(
     return _Verdict(node).keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, detail)
 
 
-def _is_constant(inp: NodeInput, values: Mapping[int, _Value]) -> bool:
-    return inp.kind is InputKind.CONSTANT or (
-        inp.kind is InputKind.NODE and values[inp.source].constant
-    )
-
-
 def _unmet_consumer(
     graph: FoldGraph, decisions: Sequence[FoldDecision], uses: GraphUses, node_id: int
 ) -> str:
@@ -428,41 +397,3 @@ def _unmet_consumer(
             what = "does not fold" if action is Action.FOLD else "is not lifted"
             return f"{rule} did not apply: {consumer.label} = {consumer.op} {what}"
     return ""
-
-
-#: Inputs that read another node's result: whole, or one item of its tuple.
-_SOURCE_KINDS = (InputKind.NODE, InputKind.TUPLE_ITEM)
-
-# The cause a run-time input gives; ``_inherit`` tells it apart by identity to word its detail.
-_RUNTIME = _Value(False, Reason.NOT_CONSTANT, "", "", "a run-time input")
-
-_CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2, Reason.OVER_BUDGET: 2}
-
-
-def _first_non_constant(
-    node: FoldNode, values: Mapping[int, _Value]
-) -> Optional[Tuple[str, _Value]]:
-    """The strongest input not known before run time, independent of argument order.
-
-    A weight parameter and a lifted value are known before run time: they put the node on the
-    parameter path, they do not block it.
-
-    A run-time input (or one that could not fold for any reason other than a keep) ranks first,
-    then a barrier, then a policy keep; ties go to the earliest argument.
-    """
-    found: Optional[Tuple[int, str, _Value]] = None
-    for inp in node.inputs:
-        if inp.kind is InputKind.RUNTIME:
-            return inp.label, _RUNTIME
-        if inp.kind is InputKind.TUPLE_ITEM:
-            if values[inp.source].lifted:
-                continue
-            return inp.label, _RUNTIME  # the stock pass folds no tuple item
-        if inp.kind is InputKind.NODE and not values[inp.source].before_run_time:
-            value = values[inp.source]
-            rank = _CAUSE_RANK.get(value.reason, 0)
-            if rank == 0:
-                return inp.label, value
-            if found is None or rank < found[0]:
-                found = (rank, inp.label, value)
-    return None if found is None else (found[1], found[2])

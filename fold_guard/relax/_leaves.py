@@ -21,7 +21,7 @@ from . import _compat
 from ._read import tensor_info
 from ._sites import StaticShapeVar
 
-__all__ = ["OPAQUE", "WEIGHT", "Bound", "Env", "Leaves", "Scope", "add_leaf"]
+__all__ = ["OPAQUE", "WEIGHT", "Bound", "Env", "Leaves", "Scope", "add_leaf", "bound_item"]
 
 
 @dataclass
@@ -65,6 +65,17 @@ WEIGHT = Env(Bound.WEIGHT)
 #: What each variable in scope is bound to, keyed by the variable's handle (``_compat.handle``;
 #: the module being walked keeps every variable alive)
 Scope = Dict[int, Env]
+
+
+def bound_item(value: relax.Expr, env: Scope) -> Env:
+    """What a binding of ``value`` is bound to when ``value`` is not a call, constant, variable
+    or shape: ``encoded[i]`` of a call binding's tuple result is that call's item; anything else
+    (a tuple, a branch, a closure) is opaque."""
+    if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
+        bound = env.get(_compat.handle(value.tuple_value), OPAQUE)
+        if bound.kind is Bound.NODE:
+            return Env(Bound.ITEM, node=bound.node)
+    return OPAQUE
 
 
 def add_leaf(arg: relax.Expr, env: Scope, out: Leaves) -> object:

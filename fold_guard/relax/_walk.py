@@ -34,7 +34,7 @@ from .._core.graph import (
 )
 from .._core.reasons import Reason
 from . import _compat
-from ._leaves import OPAQUE, WEIGHT, Bound, Env, Leaves, Scope, add_leaf
+from ._leaves import OPAQUE, WEIGHT, Bound, Env, Leaves, Scope, add_leaf, bound_item
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
 from ._read import (
     KERNEL_CALL_OPS,
@@ -290,7 +290,7 @@ def _walk_seq(
                 env[key] = Env(Bound.NODE, node=node_id)
             else:
                 _mark_escaping(value, env, out)
-                env[key] = _item_of_node(value, env)
+                env[key] = bound_item(value, env)
                 if isinstance(value, relax.If):
                     for branch in (value.true_branch, value.false_branch):
                         if isinstance(branch, relax.SeqExpr):
@@ -305,15 +305,6 @@ def _walk_seq(
         result_args = seq.body.args[:] if isinstance(seq.body, relax.Call) else []
         check_normalized(scope, "its result", seq.body, result_args)
     _mark_escaping(seq.body, env, out)
-
-
-def _item_of_node(value: relax.Expr, env: Scope) -> Env:
-    """``encoded[i]`` of a call binding's tuple result is that call's item; anything else opaque."""
-    if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
-        bound = env.get(_compat.handle(value.tuple_value), OPAQUE)
-        if bound.kind is Bound.NODE:
-            return Env(Bound.ITEM, node=bound.node)
-    return OPAQUE
 
 
 def _mark_escaping(expr: relax.Expr, env: Scope, out: Walk) -> None:
