@@ -20,9 +20,10 @@ from .._core.report import FoldResult, StepTimer, fold_result
 from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
+from ._read import foldable_functions, function_names, postorder
 from ._rewrite import remap_global_vars, rewrite_function
 from ._stock import is_true
-from ._walk import Translation, foldable_functions, function_names, postorder, walk_relay
+from ._walk import Translation, walk_relay
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
 

@@ -18,9 +18,9 @@ from tvm import relay
 
 from .._core.planner import FoldPlan
 from ._ops import FOLD_ALLOW_OP
+from ._read import children as expr_children
+from ._read import on_device_body, postorder
 from ._stock import is_true
-from ._walk import children as expr_children
-from ._walk import on_device_body, postorder
 
 __all__ = ["rewrite_function"]
 

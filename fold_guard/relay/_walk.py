@@ -30,10 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import (
-    Callable,
     Dict,
-    Iterable,
-    Iterator,
     List,
     Mapping,
     Optional,
@@ -45,15 +42,22 @@ from typing import (
 import tvm
 from tvm import relay
 
-from .._core.errors import PreconditionError, UnsupportedIRError
+from .._core.errors import UnsupportedIRError
 from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
 from .._core.reasons import Reason
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+from ._read import (
+    checked_type,
+    children,
+    on_device_body,
+    postorder,
+    short,
+    static_shape,
+    tensor_infos,
+)
 from ._stock import (
     NDARRAY_SIZE_OP,
-    ON_DEVICE_OP,
     SHAPE_OPS,
-    is_optimizable,
     is_primitive,
     is_true,
     static_shape_value,
@@ -69,13 +73,6 @@ __all__ = [
     "Source",
     "Translation",
     "TupleSource",
-    "children",
-    "foldable_functions",
-    "is_optimizable",
-    "is_primitive",
-    "is_true",
-    "on_device_body",
-    "postorder",
     "walk_relay",
 ]
 
@@ -145,150 +142,6 @@ class Translation:
     #: ``If`` expressions whose condition is a node's output: once that node folds, stock picks
     #: the branch, and what reads the ``If`` may fold too (see ``walk_relay``).
     conditions: Mapping[relay.If, NodeSource] = field(default_factory=dict)
-
-
-# --- Traversal -----------------------------------------------------------------------------------
-
-
-def children(expr: relay.Expr) -> Sequence[relay.Expr]:
-    """The sub-expressions stock folding visits, in the order it visits them."""
-    if isinstance(expr, relay.Call):
-        callee = [] if isinstance(expr.op, tvm.ir.Op) else [expr.op]
-        return callee + list(expr.args)
-    if isinstance(expr, relay.Tuple):
-        return list(expr.fields)
-    if isinstance(expr, relay.TupleGetItem):
-        return [expr.tuple_value]
-    if isinstance(expr, relay.Let):
-        return [expr.value, expr.body]
-    if isinstance(expr, relay.If):
-        return [expr.cond, expr.true_branch, expr.false_branch]
-    if isinstance(expr, relay.Function):
-        return [] if is_primitive(expr) else [expr.body]
-    if isinstance(expr, (relay.Var, relay.Constant, relay.GlobalVar, tvm.ir.Op)):
-        return []
-    raise UnsupportedIRError(
-        f"fold_guard.relay cannot fold through a {type(expr).__name__} expression "
-        f"({_short(expr)}): only dataflow, let, if, tuple and function expressions are supported; "
-        "hint: fold the functions without ADTs or references, or use stock FoldConstant for this one"
-    )
-
-
-def postorder(
-    root: relay.Expr, kids: Callable[[relay.Expr], Sequence[relay.Expr]] = children
-) -> Iterator[relay.Expr]:
-    """Every sub-expression of ``root`` once, operands before their users, without recursion."""
-    seen = set()
-    stack: List[Tuple[relay.Expr, bool]] = [(root, False)]
-    while stack:
-        expr, expanded = stack.pop()
-        if expanded:
-            yield expr
-            continue
-        if expr in seen:
-            continue
-        seen.add(expr)
-        stack.append((expr, True))
-        for child in reversed(kids(expr)):
-            if child not in seen:
-                stack.append((child, False))
-
-
-def on_device_body(expr: relay.Expr) -> Optional[relay.Expr]:
-    """The operand of ``expr`` when it is an ``on_device`` call, else None.
-
-    Stock folding looks through exactly one such annotation (``AsIgnoringOnDevice``):
-    ``on_device(on_device(<const>))`` is not a constant to it, and so not to us.
-    """
-    if (
-        isinstance(expr, relay.Call)
-        and isinstance(expr.op, tvm.ir.Op)
-        and expr.op.name == ON_DEVICE_OP
-    ):
-        return expr.args[0] if len(expr.args) == 1 else None
-    return None
-
-
-def _short(expr: relay.Expr, limit: int = 160) -> str:
-    text = " ".join(str(expr).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# --- Type facts ----------------------------------------------------------------------------------
-
-
-def _checked_type(expr: relay.Expr) -> Optional[tvm.ir.Type]:
-    try:
-        return expr.checked_type
-    except ValueError:  # not type-checked
-        return None
-
-
-def static_shape(ty: Optional[tvm.ir.Type]) -> Optional[Tuple[int, ...]]:
-    """The shape of a tensor type when every dimension is a known integer, else None."""
-    if not isinstance(ty, relay.TensorType):
-        return None
-    dims = []
-    for dim in ty.shape:
-        if not isinstance(dim, tvm.tir.IntImm):
-            return None
-        dims.append(int(dim.value))
-    return tuple(dims)
-
-
-def tensor_infos(ty: Optional[tvm.ir.Type]) -> Tuple[TensorInfo, ...]:
-    """One TensorInfo per tensor in ``ty`` (tuples flattened); unknown dims are None."""
-    if isinstance(ty, relay.TupleType):
-        return tuple(info for field in ty.fields for info in tensor_infos(field))
-    if isinstance(ty, relay.TensorType):
-        dims = [int(d.value) if isinstance(d, tvm.tir.IntImm) else None for d in ty.shape]
-        return (TensorInfo.of(str(ty.dtype), dims),)
-    return ()
-
-
-# --- The walk ------------------------------------------------------------------------------------
-
-
-def function_names(functions: Optional[Iterable[str]]) -> Optional[Tuple[str, ...]]:
-    """``functions`` as a tuple of names; one string is one name (``"main"``, not its letters)."""
-    if functions is None:
-        return None
-    if isinstance(functions, str):
-        return (functions,)
-    try:
-        names = tuple(functions)
-    except TypeError:
-        raise PreconditionError(
-            f"functions must be a function name or an iterable of names, got {type(functions).__name__} {functions!r}"
-        ) from None
-    for name in names:
-        if not isinstance(name, str):
-            raise PreconditionError(
-                f"functions must name global functions by string, got {type(name).__name__} {name!r} in {names!r}; "
-                "hint: use gvar.name_hint for a GlobalVar"
-            )
-    return names
-
-
-def foldable_functions(
-    mod: tvm.IRModule, names: Optional[Iterable[str]]
-) -> List[Tuple[str, relay.Function]]:
-    """The global functions to fold: the named ones, or every one stock ``FoldConstant`` visits."""
-    names = function_names(names)
-    relay_functions = {
-        gv.name_hint: func for gv, func in mod.functions.items() if isinstance(func, relay.Function)
-    }
-    if names is None:
-        return sorted((name, f) for name, f in relay_functions.items() if is_optimizable(f))
-    chosen = []
-    for name in names:
-        if name not in relay_functions:
-            raise PreconditionError(
-                f"functions names {name!r}, which is not a Relay function of the module; "
-                f"its Relay functions are: {', '.join(sorted(relay_functions)) or 'none'}"
-            )
-        chosen.append((name, relay_functions[name]))
-    return sorted(chosen, key=lambda item: item[0])
 
 
 class _Walker:
@@ -375,7 +228,7 @@ class _Walker:
                 return self.sources[body]  # a device hint: its value is its operand's
             if isinstance(expr.op, tvm.ir.Op):
                 return self._walk_call(function, expr)
-            return RuntimeSource(f"call of {_short(expr.op, 40)}")
+            return RuntimeSource(f"call of {short(expr.op, 40)}")
         if isinstance(expr, relay.Function):
             return RuntimeSource("function")
         return RuntimeSource(type(expr).__name__)
@@ -384,7 +237,7 @@ class _Walker:
         if source.index is not None:
             return True
         call = self.sites[source.node].call
-        return isinstance(_checked_type(call), relay.TensorType)
+        return isinstance(checked_type(call), relay.TensorType)
 
     def _walk_call(self, function: str, call: relay.Call) -> Source:
         node_id = len(self.nodes)
@@ -414,13 +267,13 @@ class _Walker:
             for index, arg in enumerate(args):
                 inputs.extend(self._inputs_of(arg, _arg_label(op_name, index)))
             if annotation is not Annotation.NONE and not isinstance(
-                _checked_type(call.args[0]), relay.TensorType
+                checked_type(call.args[0]), relay.TensorType
             ):
                 # A barrier over a tuple passes type inference (its relation is Identity) but does
                 # not build, and the stock pass crashes on an allow over one.
                 raise UnsupportedIRError(
                     f"function {function}: {self._label(call, node_id)} = {op.name} annotates tensors only, but "
-                    f"its operand is a {type(_checked_type(call.args[0])).__name__}; hint: annotate each "
+                    f"its operand is a {type(checked_type(call.args[0])).__name__}; hint: annotate each "
                     "tensor field (relay.Tuple([fold_barrier(a), fold_barrier(b)])) or the tensor that feeds it"
                 )
             if annotation is Annotation.ALLOW:
@@ -428,7 +281,7 @@ class _Walker:
             elif annotation is Annotation.NONE:
                 unfoldable, detail, default_fold, default_rule = stock_rules(op, call, self.op_attr)
 
-        outputs = tensor_infos(_checked_type(call))
+        outputs = tensor_infos(checked_type(call))
         node = FoldNode(
             id=node_id,
             op=op_name,
@@ -459,7 +312,7 @@ class _Walker:
     def _static_shape_value(self, op_name: str, call: relay.Call) -> Optional[Tuple[int, ...]]:
         if op_name not in _SHAPE_VALUE_OPS or len(call.args) != 1:
             return None
-        return static_shape_value(op_name, static_shape(_checked_type(call.args[0])))
+        return static_shape_value(op_name, static_shape(checked_type(call.args[0])))
 
     def _inputs_of(self, source: Source, label: str) -> List[NodeInput]:
         if isinstance(source, TupleSource):
