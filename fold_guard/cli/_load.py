@@ -141,6 +141,10 @@ def load_model(
     if fmt == "onnx":
         mod, layers, sources, explorer = _import_onnx(path, ir, weights_as_params)
     elif fmt == "json":
+        if ir == "relay":
+            # Relay's node types exist in Python only once tvm.relay is imported: load_json
+            # would otherwise give untyped objects and the module no Relay function
+            import tvm.relay  # noqa: F401
         mod = _load_json(path, _read(path))
     elif fmt == "tvmscript":
         mod = _load_tvmscript(path, _read(path), trust_model)

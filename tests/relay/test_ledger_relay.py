@@ -7,10 +7,15 @@ passes up to codegen (``relay.optimize``, what ``relay.build`` runs first) keep.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
+import onnx
 import pytest
 import tvm
 from _common import onnx_models as om
+from support.inprocess import run_cli
 from tvm import relay
 
 import fold_guard.relay as fgr
@@ -84,3 +89,27 @@ def test_annotate_writes_the_rows_of_the_plan_its_barriers_carry(cnn):
     assert fgr.ledger(refolded) == rows
     assert fgr.ledger(_optimized(annotated)) == rows
     assert LEDGER_ATTR not in (fgr.annotate(cnn, policy="keep-qdq-weights").mod.attrs or {})
+
+
+@pytest.mark.slow
+def test_the_command_writes_the_ledger_and_a_fresh_process_reads_it(tmp_path):
+    """fold --ir relay --ledger -o saved.json, then ``inspect saved.json --ir relay`` as a real
+    process: it loads the JSON before anything imported tvm.relay (whose node types load_json
+    needs), and prints each weight with its ONNX node."""
+    model = tmp_path / "qdq_cnn.onnx"
+    onnx.save(om.make_qdq_cnn(), str(model))
+    saved = tmp_path / "saved.json"
+    args = ["--ir", "relay", "-p", "keep-qdq-weights", "-o", str(saved), "--ledger", "-q"]
+    assert run_cli("fold", str(model), *args).returncode == 0
+    shown = subprocess.run(
+        [sys.executable, "-m", "fold_guard", "inspect", str(saved), "--ir", "relay"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    rows = lines[lines.index("ledger in the module: 10 weights") + 1 :]
+    assert len(rows) == 10
+    assert rows[0].startswith("  conv0.weight_DequantizeLinear (%")
+    assert all("[keep-dequantize-of-integer-constant] sha256:" in row for row in rows)
