@@ -324,10 +324,10 @@ def _require_explorer_graph(path: str) -> None:
             f"-o OUT.json writes Model Explorer node data, and {path} is a TVM module: it has no "
             "Model Explorer graph; draw it as -o plan.html or plan.svg"
         )
-    if fmt != ".onnx":
+    if fmt not in (".onnx", ".tflite"):
         raise CliError(
-            f"-o OUT.json: Model Explorer node data is written for .onnx models only, not {fmt} "
-            "(fold_guard does not map its calls to Model Explorer's node ids yet); "
+            f"-o OUT.json: Model Explorer node data is written for .onnx and .tflite models, not "
+            f"{fmt} (fold_guard does not map its calls to Model Explorer's node ids); "
             "draw it as -o plan.html or plan.svg"
         )
 
@@ -339,8 +339,7 @@ def _node_data_text(model: LoadedModel, result: Any, args: argparse.Namespace) -
         raise CliError(
             f"{model.path}: Model Explorer node data needs the Relax import (--ir relax)"
         )
-    graph_id, ids = model.explorer
-    data = node_data(result.plan, graph_id, ids, numeric=args.numeric)
+    data = node_data(result.plan, model.explorer, numeric=args.numeric)
     return json.dumps(data, indent=1) + "\n"
 
 
