@@ -15,6 +15,9 @@ it prints JSON: ``{"graphs": {graph id: [{"id", "label", "tensors"}]}, "roundtri
 the nodes as the real adapter converts the model (``model_explorer_onnx``'s ``ONNXAdapter``;
 the built-in TFLite flatbuffer adapter, C++) and our file rebuilt. It imports nothing of
 fold_guard, so the ids are the adapters', not a copy of fold_guard's scheme.
+
+``python model_explorer_ids.py --colours SHOT.png '#ef6c00' ...`` prints how many pixels of the
+PNG have exactly each colour (Pillow, which that venv has and the test suites' do not).
 """
 
 import copy
@@ -95,5 +98,17 @@ def main(model_path: str, node_data_path: str) -> None:
     print(json.dumps({"graphs": adapter_graphs(model_path), "roundtrip": rebuild(data, ndb)}))
 
 
+def count_colours(png: str, colours: List[str]) -> Dict[str, int]:
+    """How many pixels of ``png`` are exactly each ``#rrggbb`` colour."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        counts = dict((rgb, n) for n, rgb in image.convert("RGB").getcolors(maxcolors=1 << 24))
+    return {c: counts.get(tuple(int(c[i : i + 2], 16) for i in (1, 3, 5)), 0) for c in colours}
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--colours":
+        print(json.dumps(count_colours(sys.argv[2], sys.argv[3:])))
+    else:
+        main(sys.argv[1], sys.argv[2])
