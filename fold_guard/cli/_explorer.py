@@ -110,8 +110,10 @@ def tflite_converter(recording: TFLiteRecording) -> type:
 
                 return run
 
+            # TVM's converter sets convert_map in __init__ (mypy sees no type for it: TVM is untyped)
+            converters: Dict[str, Any] = self.convert_map  # type: ignore[has-type]
             self.exp_tab.new_const = noting_new_const
-            self.convert_map = {name: noting(fn) for name, fn in self.convert_map.items()}
+            self.convert_map = {name: noting(fn) for name, fn in converters.items()}
 
     return RecordingConverter
 

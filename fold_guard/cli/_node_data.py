@@ -121,7 +121,7 @@ def tflite_explorer_ids(
     {1: '3', 3: '4'}
     """
     next_id = num_operators
-    produced = set()
+    produced: set[int] = set()
     if graph_inputs:
         next_id += 1
         produced.update(graph_inputs)
