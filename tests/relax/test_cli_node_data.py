@@ -290,3 +290,16 @@ def test_other_formats_are_refused_before_any_work(tmp_path, suffix):
     assert result.returncode == 2
     assert "written for .onnx and .tflite models" in result.stderr
     assert not out.exists()
+
+
+def test_weights_as_parameters_colour_the_lifted_weights(cnn_path, tmp_path):
+    """--weights-as-params: the initializers are main's parameters; default lifts every weight's
+    dequantize (LiftTransformParams computes it), and each initializer it reads says so."""
+    out = tmp_path / "lifted.json"
+    assert _draw(cnn_path, out, "--weights-as-params").returncode == 0
+    data = json.loads(out.read_text())
+    validate(data)
+    results = data["fold_guard_qdq_cnn"]["results"]
+    initializers = {key: r["value"] for key, r in results.items() if key.startswith("[value] ")}
+    assert len(initializers) == 30 and set(initializers.values()) == {"lifted"}
+    assert results["conv0.weight_DequantizeLinear"]["bgColor"] == CATEGORIES["lifted"][1]
