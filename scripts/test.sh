@@ -4,16 +4,18 @@
 #
 #   relax: Relax + core + repository checks. Python 3.11, .venv, pip install -e ".[test]"
 #          (apache-tvm 0.27; mypy, codespell, ruff, onnxruntime for the type, spelling, lint and
-#          example checks; torch, torchao and tflite for the frontend tests).
+#          example checks; torch, torchao and tflite for the frontend tests), and Model
+#          Explorer's pure-Python package without its adapter (the node-data tests).
 #   relay: Relay + core. Python 3.10, .venv310, tests/relay/requirements.txt (hhb-tvm 3.2.3 =
 #          TVM 0.16 with Relay and QNN) and fold_guard itself (pyproject asks for apache-tvm only
 #          on Python >= 3.11).
 #
 # Usage: bash scripts/test.sh [full|fast] [relax|relay] [pytest arguments...]
+#        bash scripts/test.sh model-explorer [pytest arguments...]
 #
-# Two lanes:
-#   full  (the default; what CI (.ci/run) and the README run): every test of both suites, with
-#         `pytest -m ""`, plus the lint step in the Relax environment: `ruff check` and
+# Three lanes:
+#   full  (the default; what CI (.ci/run) and the README run): every test of both suites but
+#         the model-explorer lane's, with `pytest -m "not model_explorer"`, plus the lint step in the Relax environment: `ruff check` and
 #         `ruff format --check` (configured in pyproject.toml). The environments are (re)made
 #         first, idempotently.
 #   fast  (for development; the same selection plain `pytest` makes in either environment):
@@ -21,6 +23,17 @@
 #         and `stock` (canaries of TVM's own behaviour, no fold_guard code under test). No lint
 #         step; an environment that already exists is used as it is (delete it, or run the full
 #         lane, to re-install).
+#   model-explorer (not in CI): the tests marked `model_explorer` (tests/relax/test_model_explorer.py),
+#         `draw -o nodes.json` against Google's Model Explorer itself: its real ONNX and TFLite
+#         adapters' node ids, and a screenshot of its server's page in headless Chromium. They
+#         install ai-edge-model-explorer (a 128 MB adapter wheel, 504 MB unpacked),
+#         model-explorer-onnx and Pillow into a venv of their own, .venv-model-explorer
+#         ($FOLD_GUARD_MODEL_EXPLORER_VENV), made once and reused. Measured on 2 cores with .venv
+#         in place: 1 min 40 s from scratch (about 40 s of it making that venv), about 1 minute
+#         once it exists (7 tests: 3 models x 2 policies against the adapters' ids, then the
+#         ResNet-50 screenshot, 35 s). The Relax environment is used as it is if it exists.
+#         CI leaves it out: the download and the browser would add minutes to a run that must
+#         stay under 20.
 #   The markers are declared in pyproject.toml (--strict-markers); `-m slow`, `-m stock` or any
 #   other -m among the pytest arguments replaces the lane's selection.
 #
@@ -34,7 +47,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LANE=full
-if [ "$#" -gt 0 ] && { [ "$1" = full ] || [ "$1" = fast ]; }; then
+if [ "$#" -gt 0 ] && { [ "$1" = full ] || [ "$1" = fast ] || [ "$1" = model-explorer ]; }; then
     LANE="$1"
     shift
 fi
@@ -65,9 +78,9 @@ header() {
     printf '\n==================== %s ====================\n' "$1"
 }
 
-# In the fast lane an existing environment is used as it is.
+# In the fast and model-explorer lanes an existing environment is used as it is.
 reuse_env() {
-    [ "$LANE" = fast ] && [ -x "$1/bin/python" ]
+    [ "$LANE" != full ] && [ -x "$1/bin/python" ]
 }
 
 setup_relax() {
@@ -76,6 +89,12 @@ setup_relax() {
         python="$(find_python 3.11 "${PYTHON311:-}")"
         "$python" -m venv .venv
         .venv/bin/pip install -q -e ".[test]"
+        # Model Explorer's node-data dataclasses, which tests/relax/test_cli_node_data.py reads
+        # every node-data file with: the pure-Python package alone (--no-deps: its 128 MB adapter
+        # is only imported by the built-in adapters) and what importing it needs.
+        .venv/bin/pip install -q --no-deps ai-edge-model-explorer==0.1.34
+        .venv/bin/pip install -q dacite flask packaging portpicker requests termcolor \
+            typing-extensions watchdog
     fi
     # The drawing tests (tests/relax/test_cli_draw.py) open fold-guard's HTML in Debian's headless
     # Chromium through Playwright; `playwright install` would download a browser, which fails here.
@@ -92,6 +111,11 @@ if not tvm.__version__.startswith("0.27."):
 missing = [name for name in ("torch", "torchao", "tflite") if importlib.util.find_spec(name) is None]
 if missing:
     sys.exit(f".venv lacks {missing} (the test extra installs them): the frontend tests need them")
+try:
+    import model_explorer.node_data_builder
+except ImportError as err:
+    sys.exit(f".venv cannot import model_explorer.node_data_builder ({err}): the node-data tests need it; "
+             "delete .venv to have it re-made (pip install --no-deps ai-edge-model-explorer==0.1.34)")
 print(f"tvm {tvm.__version__}")'
 }
 
@@ -119,9 +143,17 @@ print(f"tvm {tvm.__version__} (tvm.relay present)")'
 RESULTS="$(mktemp -d)"
 trap 'rm -rf "$RESULTS"' EXIT
 
-# The full lane selects every test; the fast lane keeps pyproject's default selection.
+# The full lane selects every test but the model_explorer lane's; the fast lane keeps
+# pyproject's default selection.
 LANE_ARGS=()
-[ "$LANE" = full ] && LANE_ARGS=(-m "")
+[ "$LANE" = full ] && LANE_ARGS=(-m "not model_explorer")
+
+if [ "$LANE" = model-explorer ]; then
+    header "setup: Relax (Python 3.11, .venv)"
+    setup_relax
+    header "model-explorer lane: tests/relax/test_model_explorer.py"
+    exec .venv/bin/python -m pytest tests/relax/test_model_explorer.py -m model_explorer "$@"
+fi
 
 run_relax() {
     .venv/bin/python -m pytest tests fold_guard examples/_common --ignore=tests/relay --ignore=fold_guard/relay \

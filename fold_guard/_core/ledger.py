@@ -6,10 +6,11 @@ run-time call reads: ``dequantize(quantize(W))`` feeding a ``conv2d``. Its row s
 ships (the folded result, or the constant a kept call still reads: the int8 under a kept
 ``dequantize``), the action (``folded`` / ``kept`` / ``lifted``), the rule that decided and why.
 
-Rows are keyed by the *content* of the weight (an adapter's ``weight_key``: a hash of a constant's
-bytes, or a parameter's name), never by a variable name, so passes that rename or re-bind
-variables do not break them. The adapters store :func:`ledger_payload` as a module attribute
-(:data:`LEDGER_ATTR`) and read it back with :func:`ledger_rows_from_payload`.
+Rows are keyed by the *content* of the weight (an adapter's ``weight_key``: :func:`content_key`
+of a constant's dtype, shape and bytes, or a parameter's name), never by a variable name, so
+passes that rename or re-bind variables do not break them. The adapters store
+:func:`ledger_payload` as a module attribute (:data:`LEDGER_ATTR`) and read it back with
+:func:`ledger_rows_from_payload`.
 
 >>> from fold_guard._core.graph import FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo
 >>> from fold_guard._core.planner import plan_folds
@@ -26,7 +27,8 @@ variables do not break them. The adapters store :func:`ledger_payload` as a modu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
 from .graph import InputKind, TensorInfo
@@ -37,9 +39,11 @@ __all__ = [
     "LEDGER_ATTR",
     "LEDGER_VERSION",
     "LedgerRow",
+    "content_key",
     "ledger_payload",
     "ledger_rows",
     "ledger_rows_from_payload",
+    "name_layers",
 ]
 
 #: The module attribute that holds the ledger (Relax and Relay ``IRModule.attrs``).
@@ -49,6 +53,17 @@ LEDGER_VERSION = 1
 #: ``weight_key(node_id, input_index)``: the content key of a constant or parameter input, or
 #: None for an input that is no weight (a shape, a static value).
 WeightKey = Callable[[int, int], Optional[str]]
+
+
+def content_key(dtype: str, shape: Sequence[int], data: bytes) -> str:
+    """``sha256:<16 hex digits>`` of a constant's dtype, shape and bytes (both adapters' key).
+
+    >>> content_key("int8", (2,), bytes([1, 2]))
+    'sha256:aa678146e95a2a32'
+    """
+    digest = hashlib.sha256(f"{dtype}{list(shape)}".encode())
+    digest.update(data)
+    return "sha256:" + digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,16 @@ class LedgerRow:
         before = f"{self.dtype_before}{list(self.shape_before)}"
         after = f"{self.dtype_after}{list(self.shape_after)}"
         return f"{self.key}: {self.action} {before} -> {after} [{self.rule}]"
+
+    def line(self) -> str:
+        """One line for a person: where, what became of it, bytes, rule and key."""
+        where = f"{self.layer} ({self.label})" if self.layer else f"{self.function}: {self.label}"
+        before = f"{self.dtype_before}{list(self.shape_before)}"
+        after = f"{self.dtype_after}{list(self.shape_after)}"
+        return (
+            f"{where}: {self.action} {before} -> {after}, {self.bytes_before} -> "
+            f"{self.bytes_after} B [{self.rule}] {self.key}"
+        )
 
 
 def _shape(info: Optional[TensorInfo]) -> Tuple[int, ...]:
@@ -236,17 +261,22 @@ def _weight_leaf(
     return None if best is None else (best[1], best[2])
 
 
+#: Actions whose call's result exists before run time: what a kept call reads from them ships.
+_COMPUTED = (Action.FOLD, Action.LIFT)
+
+
 def _shipped(plan: FoldPlan, region: Sequence[int]) -> Optional[TensorInfo]:
-    """The largest value a kept call of the region still reads: a constant, or a folded result."""
+    """The largest value a kept call of the region still reads: a constant (or weight parameter),
+    or a result folded now or lifted ahead of run time."""
     nodes, decisions = plan.graph.nodes, plan.decisions
     best: Optional[TensorInfo] = None
     for node_id in region:
-        if decisions[node_id].action is Action.FOLD:
+        if decisions[node_id].action in _COMPUTED:
             continue
         for inp in nodes[node_id].inputs:
             if inp.kind in (InputKind.CONSTANT, InputKind.PARAMETER):
                 info = inp.tensor
-            elif inp.kind is InputKind.NODE and decisions[inp.source].action is Action.FOLD:
+            elif inp.kind is InputKind.NODE and decisions[inp.source].action in _COMPUTED:
                 outputs = nodes[inp.source].outputs
                 info = outputs[0] if outputs else None
             else:
@@ -280,3 +310,16 @@ def ledger_rows_from_payload(payload: Optional[Mapping[str, object]]) -> List[Le
     """The rows of an attribute read back (plain Python containers), in key order."""
     rows = _mapping(payload.get("rows")) if payload is not None else {}
     return [LedgerRow.from_dict(key, _mapping(rows[key])) for key in sorted(rows)]
+
+
+def name_layers(
+    rows: Sequence[LedgerRow], layers: Mapping[Tuple[str, str], str]
+) -> List[LedgerRow]:
+    """``rows`` with each empty ``layer`` filled from ``layers`` (``(function, label) -> name``).
+
+    The command line knows the model's layers (an ONNX node's name); the library does not.
+    """
+    return [
+        replace(row, layer=layers.get((row.function, row.label), "")) if not row.layer else row
+        for row in rows
+    ]

@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Union
@@ -120,9 +121,31 @@ def _load(args: argparse.Namespace, progress: Progress) -> LoadedModel:
     )
 
 
-def _fold(model: LoadedModel, spec: PolicySpec, progress: Progress) -> Any:
+def _fold(model: LoadedModel, spec: PolicySpec, progress: Progress, ledger: bool = False) -> Any:
     progress.step("planning and folding")
-    return _adapter(model.ir).fold(model.mod, policy=spec, strict=False)
+    return _adapter(model.ir).fold(model.mod, policy=spec, strict=False, ledger=ledger)
+
+
+def _with_layers(model: LoadedModel, mod: Any) -> Any:
+    """``mod`` with its ledger rows' source layers named from the model file (ONNX nodes)."""
+    from .._ledger_attr import name_module_layers
+
+    return name_module_layers(mod, model.layers)
+
+
+def _ledger_lines(model: LoadedModel) -> List[str]:
+    """The precision ledger the loaded module holds (a module ``fold --ledger`` wrote), if any."""
+    rows = _adapter(model.ir).ledger(model.mod)
+    if not rows:
+        return []
+    # binding order (lv2 before lv12), not the rows' key order
+    rows.sort(
+        key=lambda row: (
+            row.function,
+            [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", row.label)],
+        )
+    )
+    return [f"ledger in the module: {len(rows)} weights"] + ["  " + row.line() for row in rows]
 
 
 def _report(model: LoadedModel, result: Any) -> Dict[str, Any]:
@@ -168,12 +191,17 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
         model = _load(args, progress)
         result = _fold(model, spec, progress)
     report = _report(model, result)
+    rows = _adapter(model.ir).ledger(model.mod)
+    if rows:
+        report["ledger"] = [row.to_dict() for row in rows]
     if args.json:
         # One line: indent switches json to its slow pure-Python encoder.
         _emit(out, json.dumps(report))
     else:
         _emit(out, f"{model.path} ({model.format}, {model.ir})")
         _emit(out, _text(result, report, args))
+        for line in _ledger_lines(model):
+            _emit(out, line)
     return EXIT_OK
 
 
@@ -202,12 +230,14 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
     annotated = check = None
     with Progress(steps, quiet=args.quiet) as progress:
         model = _load(args, progress)
-        result = _fold(model, spec, progress)
+        result = _fold(model, spec, progress, ledger=args.ledger and not args.annotate)
         written = result.mod
         if args.annotate:
             progress.step("annotating")
-            annotated = _adapter(model.ir).annotate(model.mod, policy=spec)
+            annotated = _adapter(model.ir).annotate(model.mod, policy=spec, ledger=args.ledger)
             written = annotated.mod
+        if args.ledger:
+            written = _with_layers(model, written)
         texts = {"-o": module_text(written, args.output, model.ir)}
         if args.check:
             progress.step("compiling and running before/after")
@@ -235,6 +265,11 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
         what = "annotated" if annotated is not None else "folded"
         also = f" and the report to {args.report}" if args.report else ""
         _emit(out, f"wrote the {what} module to {args.output}{also}")
+        if args.ledger:
+            rows = _adapter(model.ir).ledger(written)
+            _emit(
+                out, f"with its precision ledger: {len(rows)} weights (fold-guard inspect shows it)"
+            )
         if annotated is not None:
             _emit(out, annotated.explain().splitlines()[0])
         _emit(out, _text(result, report, args))
@@ -289,10 +324,10 @@ def _require_explorer_graph(path: str) -> None:
             f"-o OUT.json writes Model Explorer node data, and {path} is a TVM module: it has no "
             "Model Explorer graph; draw it as -o plan.html or plan.svg"
         )
-    if fmt != ".onnx":
+    if fmt not in (".onnx", ".tflite"):
         raise CliError(
-            f"-o OUT.json: Model Explorer node data is written for .onnx models only, not {fmt} "
-            "(fold_guard does not map its calls to Model Explorer's node ids yet); "
+            f"-o OUT.json: Model Explorer node data is written for .onnx and .tflite models, not "
+            f"{fmt} (fold_guard does not map its calls to Model Explorer's node ids); "
             "draw it as -o plan.html or plan.svg"
         )
 
@@ -304,8 +339,7 @@ def _node_data_text(model: LoadedModel, result: Any, args: argparse.Namespace) -
         raise CliError(
             f"{model.path}: Model Explorer node data needs the Relax import (--ir relax)"
         )
-    graph_id, ids = model.explorer
-    data = node_data(result.plan, graph_id, ids, numeric=args.numeric)
+    data = node_data(result.plan, model.explorer, numeric=args.numeric)
     return json.dumps(data, indent=1) + "\n"
 
 

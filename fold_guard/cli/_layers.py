@@ -2,7 +2,8 @@
 
 Relax's ONNX importer names every binding ``lv<N>`` and records no spans, so the node is recovered
 while importing: :func:`record_onnx_conversions` notes the expression each node's converter
-returns, and :func:`attribute_bindings` reads ``main`` afterwards.
+returns (and the expressions it was given), and :func:`attribute_bindings` reads ``main``
+afterwards.
 
 - **Source** (the ``source`` of a report's decision): the node whose converter built the call. A
   converter's returned expression is the node's result; the calls it emits on the way (a Conv's
@@ -23,21 +24,30 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
-__all__ = ["LayerNames", "attribute_bindings", "record_onnx_conversions"]
+__all__ = ["Conversions", "LayerNames", "attribute_bindings", "record_onnx_conversions"]
 
 #: ``(function, binding label) -> name``
 LayerNames = Mapping[Tuple[str, str], str]
 
 
+class Conversions(List[Tuple[str, Any]]):
+    """``(node name, converted expression)`` per converted node; ``inputs[i]`` are the input
+    expressions conversion ``i`` was given (an initializer's constant, in file order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: List[Tuple[Any, ...]] = []
+
+
 @contextlib.contextmanager
-def record_onnx_conversions() -> Iterator[List[Tuple[str, Any]]]:
+def record_onnx_conversions() -> Iterator[Conversions]:
     """Record ``(ONNX node name, converted expression)`` for every node Relax's importer converts.
 
     The importer's per-node conversion method is wrapped for the duration of one import and
     restored afterwards. Where that method does not exist (another TVM release), nothing is
     recorded and the report names bindings only.
     """
-    recorded: List[Tuple[str, Any]] = []
+    recorded = Conversions()
     try:
         from tvm.relax.frontend.onnx import onnx_frontend
 
@@ -48,9 +58,11 @@ def record_onnx_conversions() -> Iterator[List[Tuple[str, Any]]]:
         return
 
     def convert(self: Any, op_name: str, inputs: Any, attrs: Dict[str, Any], opset: int) -> Any:
+        given = tuple(inputs)  # before the converter, which may rewrite its list
         result = original(self, op_name, inputs, attrs, opset)
         name = attrs.get("tvm_custom", {}).get("name") or op_name
         recorded.append((name, result))
+        recorded.inputs.append(given)
         return result
 
     importer._convert_operator = convert

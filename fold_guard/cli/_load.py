@@ -21,11 +21,18 @@ import os
 import runpy
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ._errors import CliError
+from ._explorer import (
+    TFLiteRecording,
+    onnx_explorer_graph,
+    tflite_converter,
+    tflite_explorer_graph,
+    tflite_layers,
+)
 from ._layers import attribute_bindings, record_onnx_conversions
-from ._node_data import match_conversions, onnx_explorer_ids
+from ._node_data import ExplorerGraph
 from ._parser import IR_CHOICES, MODEL_SUFFIXES
 
 __all__ = ["IR_CHOICES", "LoadedModel", "load_model", "require_relay"]
@@ -52,9 +59,9 @@ class LoadedModel:
     mod: Any
     layers: Mapping[Tuple[str, str], str] = field(default_factory=dict)
     sources: Mapping[Tuple[str, str], str] = field(default_factory=dict)
-    #: ONNX into Relax: ``(graph id, {(function, label): node id})`` as Model Explorer's ONNX
-    #: adapter names its graph and nodes (:mod:`._node_data`); None for other formats
-    explorer: Optional[Tuple[str, Mapping[Tuple[str, str], str]]] = None
+    #: ONNX / TFLite into Relax: where each call is in Model Explorer's graph of the file
+    #: (:mod:`._explorer`); None for other formats
+    explorer: Optional[ExplorerGraph] = None
 
 
 def require_relay() -> None:
@@ -141,11 +148,15 @@ def load_model(
     if fmt == "onnx":
         mod, layers, sources, explorer = _import_onnx(path, ir, weights_as_params)
     elif fmt == "json":
+        if ir == "relay":
+            # Relay's node types exist in Python only once tvm.relay is imported: load_json
+            # would otherwise give untyped objects and the module no Relay function
+            import tvm.relay  # noqa: F401
         mod = _load_json(path, _read(path))
     elif fmt == "tvmscript":
         mod = _load_tvmscript(path, _read(path), trust_model)
     elif fmt == "tflite":
-        mod = _import_tflite(path, _read(path))
+        mod, layers, sources, explorer = _import_tflite(path, _read(path))
     else:
         mod = _import_exported_program(path, trust_model)
     _check_ir(path, mod, ir)
@@ -285,21 +296,7 @@ def _convert_onnx(model: Any, ir: str, weights_as_params: bool = False) -> Tuple
     if weights_as_params:
         mod, _ = detach_params(mod)
     layers, sources = attribute_bindings(mod, recorded)
-    return mod, layers, sources, _explorer_ids(model, mod, recorded)
-
-
-def _explorer_ids(
-    model: Any, mod: Any, recorded: List[Tuple[str, Any]]
-) -> Tuple[str, Mapping[Tuple[str, str], str]]:
-    """Model Explorer's graph id, and the node id each of ``main``'s calls comes from."""
-    names = [node.name for node in model.graph.node]
-    graph_id, ids = onnx_explorer_ids(model.graph.name, names)
-    matched = match_conversions(
-        [name for name, _ in recorded], names, [node.op_type for node in model.graph.node]
-    )
-    renamed = [(ids[j], expr) for (_, expr), j in zip(recorded, matched) if j is not None]
-    _, by_node = attribute_bindings(mod, renamed)
-    return graph_id, by_node
+    return mod, layers, sources, onnx_explorer_graph(model, mod, recorded)
 
 
 def _import_tflite(path: str, data: bytes) -> Any:
@@ -315,12 +312,13 @@ def _import_tflite(path: str, data: bytes) -> Any:
     def convert() -> Any:
         from tvm.relax.frontend.tflite import from_tflite
 
-        from ..relax.frontends import TFLiteOperatorConverter
-
-        # fold_guard's converter: TVM 0.27's fails on int8 weights behind a DEQUANTIZE op.
-        return from_tflite(
-            tflite.Model.GetRootAsModel(data, 0), op_converter=TFLiteOperatorConverter
-        )
+        # fold_guard's converter (TVM 0.27's fails on int8 weights behind a DEQUANTIZE op),
+        # noting each operator's conversion: the layers, and the nodes of Model Explorer's graph
+        model = tflite.Model.GetRootAsModel(data, 0)
+        recording = TFLiteRecording()
+        mod = from_tflite(model, op_converter=tflite_converter(recording))
+        layers, sources = tflite_layers(model, mod, recording)
+        return mod, layers, sources, tflite_explorer_graph(model, mod, recording)
 
     return _frontend_call(convert, path, "TFLite")
 

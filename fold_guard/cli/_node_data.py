@@ -5,25 +5,34 @@ Google AI Edge's Model Explorer colours a graph's nodes from a *node data* file 
 it is ``model_explorer_node_data.schema.json`` beside this module):
 ``{graph id: {"results": {node id: {"value", "bgColor", "textColor"}}, "thresholds": [...]}}``.
 
-Node ids are those of the ``model-explorer-onnx`` adapter (0.4.2, on onnx-ir 1.1): the graph id is
-the ONNX graph's name (``""`` when it has none: the file then holds that one graph's data alone,
-the top-level ``results`` form) and a node's id its name after onnx-ir's
-``NameFixPass``: a name used before gets ``_1``, ``_2``, ...; an unnamed node is named ``node``,
-``node_1``, ... in graph order. (The adapter's own ``<node_{i}>`` fallback never applies: the pass
-runs first.) :func:`onnx_explorer_ids` reproduces that; :func:`match_conversions` pairs Relax's
-per-node conversions (:mod:`._layers`) with the nodes, in order.
+Node ids are those of the adapter that shows the model (:class:`ExplorerGraph`):
+
+- ONNX, ``model-explorer-onnx`` 0.4.2 (on onnx-ir 1.1): the graph id is the ONNX graph's name
+  (``""`` when it has none: the file then holds that one graph's data alone, the top-level
+  ``results`` form); a node's id is its name after onnx-ir's ``NameFixPass`` (a name used before
+  gets ``_1``, ``_2``, ...; an unnamed node is named ``node``, ``node_1``, ... in graph order;
+  the adapter's own ``<node_{i}>`` fallback never applies: the pass runs first); an initializer
+  is ``[value] <name>``. :func:`onnx_explorer_ids` reproduces that; :func:`match_conversions`
+  pairs Relax's per-node conversions (:mod:`._layers`) with the nodes, in order.
+- TFLite, Model Explorer's built-in flatbuffer adapter (C++, ``ai-edge-model-explorer-adapter``
+  0.2.1): the graph id is the subgraph's name, else its signature key, else ``main``; operator
+  ``i`` is ``"i"``; then ``GraphInputs`` and one ``pseudo_const`` node per constant tensor, in
+  the order operators first read them, numbered on (:func:`tflite_explorer_ids`).
 
 A node gets one value: the decision of the last Relax call its conversion emitted (its result: a
 Conv's bias ``add``, a DequantizeLinear's ``dequantize``), as a category label with the HTML
 page's colours (:data:`._categories.CATEGORIES`), or with ``numeric=True`` the bytes its folds
-add (positive) or save (negative), coloured by thresholds.
+add (positive) or save (negative), coloured by thresholds. A constant node (an initializer, a
+``pseudo_const``) gets the decision of the first call computing from constants that reads it as
+the file holds it (a kept one first: then it ships as it is).
 
-This module imports neither TVM nor onnx: it reads the plan, the report and a graph's node names.
+This module imports neither TVM nor onnx: it reads the plan and the ids the loader found.
 """
 
 from __future__ import annotations
 
 import collections
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core.graph import InputKind
@@ -31,7 +40,14 @@ from .._core.planner import FoldPlan
 from .._core.reasons import Action
 from ._categories import CATEGORIES, category_of
 
-__all__ = ["LABELS", "match_conversions", "node_data", "onnx_explorer_ids"]
+__all__ = [
+    "LABELS",
+    "ExplorerGraph",
+    "match_conversions",
+    "node_data",
+    "onnx_explorer_ids",
+    "tflite_explorer_ids",
+]
 
 #: Category -> the value Model Explorer shows (its legend and the group nodes' label counts).
 LABELS: Dict[str, str] = {
@@ -45,6 +61,7 @@ LABELS: Dict[str, str] = {
 }
 
 _DARK_TEXT = {"kept_with_input", "not_constant", "lifted"}
+_KEPT = {"kept_by_barrier", "kept_by_rule", "kept_with_input", "unsupported"}
 
 #: The numeric view's thresholds (upper bounds, in bytes): saves, none, adds a little, adds much.
 _THRESHOLDS = (
@@ -53,6 +70,17 @@ _THRESHOLDS = (
     (65536, "#ffcc80", "#000000"),
     (2**62, "#c62828", "#ffffff"),
 )
+
+
+@dataclass(frozen=True)
+class ExplorerGraph:
+    """Where a model's calls are in Model Explorer's graph of the model file."""
+
+    graph_id: str
+    #: ``(function, label)`` of a call -> the node whose conversion emitted it
+    calls: Mapping[Tuple[str, str], str]
+    #: ``(function, label)`` of a call -> the constant nodes (as the file holds them) it reads
+    constants: Mapping[Tuple[str, str], Tuple[str, ...]] = field(default_factory=dict)
 
 
 def onnx_explorer_ids(graph_name: str, node_names: Sequence[str]) -> Tuple[str, List[str]]:
@@ -73,6 +101,47 @@ def onnx_explorer_ids(graph_name: str, node_names: Sequence[str]) -> Tuple[str, 
         used.add(new)
         ids.append(new)
     return graph_name, ids
+
+
+def tflite_explorer_ids(
+    num_operators: int,
+    operator_inputs: Sequence[Sequence[int]],
+    operator_outputs: Sequence[Sequence[int]],
+    graph_inputs: Sequence[int],
+    graph_outputs: Sequence[int],
+) -> Dict[int, str]:
+    """The built-in TFLite adapter's id of each constant tensor's ``pseudo_const`` node.
+
+    Operators take ids ``0 .. n-1``; the ``GraphInputs`` node (if the subgraph has inputs) the
+    next; then, walking the operators in order, each input tensor that no earlier node produced
+    (``-1`` is an absent optional input) becomes a constant node with the next id, as do graph
+    outputs nothing produced, after the ``GraphOutputs`` node's.
+
+    >>> tflite_explorer_ids(2, [[0, 1], [2, 3, 1]], [[2], [4]], [0], [4])
+    {1: '3', 3: '4'}
+    """
+    next_id = num_operators
+    produced: set[int] = set()
+    if graph_inputs:
+        next_id += 1
+        produced.update(graph_inputs)
+    found: Dict[int, str] = {}
+
+    def read(tensors: Sequence[int]) -> None:
+        nonlocal next_id
+        for tensor in tensors:
+            if tensor >= 0 and tensor not in produced:
+                found[tensor] = str(next_id)
+                produced.add(tensor)
+                next_id += 1
+
+    for inputs, outputs in zip(operator_inputs, operator_outputs):
+        read(inputs)
+        produced.update(outputs)
+    if graph_outputs:
+        next_id += 1
+        read(graph_outputs)
+    return found
 
 
 def match_conversions(
@@ -116,22 +185,20 @@ def _fold_delta(plan: FoldPlan, index: int) -> int:
 
 def node_data(
     plan: FoldPlan,
-    graph_id: str,
-    explorer_ids: Mapping[Tuple[str, str], str],
+    graph: ExplorerGraph,
     *,
     numeric: bool = False,
     name: str = "fold-guard",
 ) -> Dict[str, Any]:
-    """The node-data file: one result per node of ``graph_id`` that has a decided call.
+    """The node-data file: one result per node of ``graph`` that has a decided call.
 
-    ``explorer_ids`` maps a call's ``(function, label)`` to the node id its conversion came from;
-    calls without one (an ``If`` branch's, a ``.json`` module's) are left out.
+    Calls without a node (an ``If`` branch's) are left out.
     """
     last: Dict[str, int] = {}
     delta: Dict[str, int] = {}
     folds: set[str] = set()
     for node in plan.graph.nodes:
-        node_id = explorer_ids.get((node.function, node.label))
+        node_id = graph.calls.get((node.function, node.label))
         if node_id is None:
             continue
         last[node_id] = node.id  # graph order: the last call wins, the node's result
@@ -139,26 +206,73 @@ def node_data(
         if plan.decisions[node.id].action is Action.FOLD:
             folds.add(node_id)
     results: Dict[str, Dict[str, Any]] = {}
-    graph: Dict[str, Any] = {"name": name, "results": results}
+    data: Dict[str, Any] = {"name": name, "results": results}
     if numeric:
         for node_id in last:
             if node_id in folds:
                 results[node_id] = {"value": delta[node_id]}
-        graph["name"] = f"{name}: bytes a fold adds (+) or saves (-)"
-        graph["thresholds"] = [
+        data["name"] = f"{name}: bytes a fold adds (+) or saves (-)"
+        data["thresholds"] = [
             {"value": value, "bgColor": bg, "textColor": text} for value, bg, text in _THRESHOLDS
         ]
     else:
         for node_id, index in last.items():
-            decision = plan.decisions[index]
-            category = category_of(decision.reason)
-            label = LABELS[category]
-            if category in ("kept_by_rule", "kept_with_input") and decision.rule:
-                label = f"{label} {decision.rule}"
-            results[node_id] = {
-                "value": label,
-                "bgColor": CATEGORIES[category][1],
-                "textColor": "#000000" if category in _DARK_TEXT else "#ffffff",
-            }
-        graph["showLabelCountColumnsInChildrenStatsTable"] = True
-    return {graph_id: graph} if graph_id else graph
+            results[node_id] = _result(plan, index)
+        for node_id, index in _constant_readers(plan, graph).items():
+            results[node_id] = _result(plan, index)
+        data["showLabelCountColumnsInChildrenStatsTable"] = True
+    return {graph.graph_id: data} if graph.graph_id else data
+
+
+def _result(plan: FoldPlan, index: int) -> Dict[str, Any]:
+    """Call ``index``'s decision as a labelled, coloured value."""
+    decision = plan.decisions[index]
+    category = category_of(decision.reason)
+    label = LABELS[category]
+    if category in ("kept_by_rule", "kept_with_input") and decision.rule:
+        label = f"{label} {decision.rule}"
+    return {
+        "value": label,
+        "bgColor": CATEGORIES[category][1],
+        "textColor": "#000000" if category in _DARK_TEXT else "#ffffff",
+    }
+
+
+def _constant_readers(plan: FoldPlan, graph: ExplorerGraph) -> Dict[str, int]:
+    """Each constant node's deciding call: where what the constant feeds meets run-time code.
+
+    From each constant-only call that reads the constant, the path follows constant-only
+    consumers to the last one (a weight's ``dequantize`` after its folded ``permute_dims``): that
+    call's decision is what became of the constant, as the precision ledger says it. A kept
+    decision wins over the others (the constant then ships as it is), else the first found.
+    """
+    users = plan.graph.consumers()
+
+    def weight_side(index: int) -> bool:
+        return category_of(plan.decisions[index].reason) != "not_constant"
+
+    def frontier(index: int) -> int:
+        seen = {index}
+        while True:
+            following = [u for u in users[index] if weight_side(u) and u not in seen]
+            if not following:
+                return index
+            index = following[0]
+            seen.add(index)
+
+    chosen: Dict[str, int] = {}
+    for node in plan.graph.nodes:
+        if not weight_side(node.id):
+            continue  # run-time code reads the constant: nothing was decided about it
+        ids = graph.constants.get((node.function, node.label), ())
+        if not ids:
+            continue
+        end = frontier(node.id)
+        kept = category_of(plan.decisions[end].reason) in _KEPT
+        for node_id in ids:
+            current = chosen.get(node_id)
+            if current is None or (
+                kept and category_of(plan.decisions[current].reason) not in _KEPT
+            ):
+                chosen[node_id] = end
+    return chosen

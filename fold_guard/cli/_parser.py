@@ -250,6 +250,12 @@ def build_parser(version: Optional[str] = None) -> argparse.ArgumentParser:
         help="build the module before and after on the CPU, run both on seeded random inputs, "
         "exit 1 (writing nothing) if their outputs differ",
     )
+    fold.add_argument(
+        "--ledger",
+        action="store_true",
+        help="also write the precision ledger into the module (one row per weight: layer, dtype "
+        "and bytes before and after, folded / kept / lifted, the rule); `inspect OUT.json` prints it",
+    )
     fold.add_argument("--seed", type=int, default=0, help="seed of the --check inputs (default: 0)")
     fold.add_argument(
         "--atol",

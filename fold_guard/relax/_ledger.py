@@ -1,28 +1,22 @@
 """The precision ledger of a Relax module: written by ``fold`` / ``annotate``, read by :func:`ledger`.
 
 The rows come from the TVM-free core (:mod:`fold_guard._core.ledger`); this module only keys them
-(a constant by the SHA-256 of its dtype, shape and bytes, a weight parameter by its name: a
-variable's name is not a key, passes rename them) and stores them as the module attribute
-``fold_guard.ledger``, which ``tvm.ir.save_json`` / ``load_json`` and TVM's pipelines
-(``relax.get_pipeline("zero")`` / ``"default"``) carry unchanged.
+(a constant by :func:`~fold_guard._core.ledger.content_key` of its dtype, shape and bytes, a
+weight parameter by its name: a variable's name is not a key, passes rename them). The attribute
+(:mod:`fold_guard._ledger_attr`) survives ``tvm.ir.save_json`` / ``load_json`` and TVM's
+pipelines (``relax.get_pipeline("zero")`` / ``"default"``, ``LiftTransformParams``).
 """
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relax
 
-from .._core.ledger import (
-    LEDGER_ATTR,
-    LedgerRow,
-    ledger_payload,
-    ledger_rows,
-    ledger_rows_from_payload,
-)
+from .._core.ledger import LedgerRow, content_key, ledger_rows
 from .._core.planner import FoldPlan
+from .._ledger_attr import read_ledger, write_ledger
 from . import _compat
 from ._sites import CallSite
 
@@ -30,11 +24,9 @@ __all__ = ["attach_ledger", "constant_key", "ledger"]
 
 
 def constant_key(const: Any) -> str:
-    """``sha256:<16 hex digits>`` of a Relax constant's dtype, shape and bytes."""
+    """The content key of a Relax constant (``sha256:<16 hex digits>``)."""
     array = _compat.constant_array(const).numpy()
-    digest = hashlib.sha256(f"{array.dtype}{list(array.shape)}".encode())
-    digest.update(array.tobytes())
-    return "sha256:" + digest.hexdigest()[:16]
+    return content_key(str(array.dtype), array.shape, array.tobytes())
 
 
 def _weight_key(sites: Sequence[CallSite]) -> Any:
@@ -61,29 +53,7 @@ def attach_ledger(
     layers: Optional[Mapping[Tuple[str, str], str]] = None,
 ) -> tvm.IRModule:
     """``mod`` with the plan's rows added to its ledger attribute (rows already there stay)."""
-    rows = ledger_rows(plan, _weight_key(sites), layers)
-    previous = _payload(mod)
-    return mod.with_attr(LEDGER_ATTR, ledger_payload(rows, previous))
-
-
-def _payload(mod: tvm.IRModule) -> Optional[Dict[str, Any]]:
-    attrs = mod.attrs
-    if attrs is None or LEDGER_ATTR not in attrs:
-        return None
-    return _plain(attrs[LEDGER_ATTR])
-
-
-def _plain(value: Any) -> Any:
-    """A TVM Map / Array / string / integer as plain Python."""
-    if isinstance(value, (str, int, float)):
-        return value
-    if hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if hasattr(value, "__len__") and hasattr(value, "__getitem__"):
-        return [_plain(v) for v in value]
-    if hasattr(value, "value"):
-        return value.value
-    return value
+    return write_ledger(mod, ledger_rows(plan, _weight_key(sites), layers))
 
 
 def ledger(mod: tvm.IRModule) -> List[LedgerRow]:
@@ -111,4 +81,4 @@ def ledger(mod: tvm.IRModule) -> List[LedgerRow]:
     >>> [row.brief() for row in fgr.ledger(tvm.ir.load_json(tvm.ir.save_json(mod)))]
     ['sha256:bef79c0aacebb5cf: kept int8[4, 4] -> int8[4, 4] [keep-dequantize-of-integer-constant]']
     """
-    return ledger_rows_from_payload(_payload(mod))
+    return read_ledger(mod)

@@ -14,12 +14,11 @@ from typing import Dict, FrozenSet, Mapping, Optional, Set, Tuple
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.expr_functor import PyExprVisitor, visitor
 
 from .._adapter import check_module, fold_constant_pass
 from .._core.driver import evaluate_until_stable, releasable
 from .._core.errors import PlanInvariantError, PreconditionError
-from .._core.graph import FoldGraph, InputKind, dtype_nbytes
+from .._core.graph import FoldGraph, InputKind
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec, resolve_policy, with_budget
@@ -28,6 +27,7 @@ from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from . import _compat
 from ._config import CacheSetting, resolve_options
+from ._constant_bytes import constant_bytes
 from ._engine import EngineOptions, Values, make_engine
 from ._ledger import attach_ledger
 from ._legalize import legalize_candidates, stock_legalization_error
@@ -244,7 +244,7 @@ def _fold(
         modified=modified,
         implementation=IMPLEMENTATION,
         timer=timer,
-        constant_bytes=functools.partial(_constant_bytes, mod, new_mod),
+        constant_bytes=functools.partial(constant_bytes, mod, new_mod),
         kernels_compiled=engine.stats.compiled,
         kernels_cached=engine.stats.cached,
         fallbacks=tuple(engine.stats.fallbacks),
@@ -313,42 +313,6 @@ def _rewrite_module(
     for name, (gvar, func) in translation.functions.items():
         functions[gvar] = rewrite_function(mod, func, replacements[name], released[name])
     return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
-
-
-@visitor
-class _ConstantBytes(PyExprVisitor):
-    def __init__(self, sizes: Dict[int, int]) -> None:
-        super().__init__()
-        self.total = 0
-        self.sizes = sizes
-
-    def visit_generic_const_(self, const: relax.Expr) -> None:
-        # the output shares most constants with the input: each is sized once per fold
-        key = _compat.handle(const)
-        size = self.sizes.get(key)
-        if size is None:
-            size = self.sizes[key] = _tensor_nbytes(_compat.constant_array(const))
-        self.total += size
-
-
-def _tensor_nbytes(value: object) -> int:
-    # the tensor's own header, not the constant's type: one read for the shape, none per dim
-    if not isinstance(value, tvm.runtime.Tensor):
-        return 0
-    return dtype_nbytes(str(value.dtype), tuple(value.shape)) or 0
-
-
-def _constant_bytes(before: tvm.IRModule, after: tvm.IRModule) -> Tuple[int, int]:
-    """The bytes of the tensor constants in each module's Relax functions."""
-    sizes: Dict[int, int] = {}  # by constant handle: every module is alive while they count
-    totals = []
-    for mod in (before, after):
-        counter = _ConstantBytes(sizes)
-        for func in mod.functions.values():
-            if isinstance(func, relax.Function):
-                counter.visit_expr(func)
-        totals.append(counter.total)
-    return totals[0], totals[1]
 
 
 #: Stock ``relax.transform.FoldConstant`` is a function pass at opt_level 0.

@@ -8,7 +8,8 @@ Public surface:
 
 - ``FoldConstant(policy="default", *, strict=False, functions=None) -> tvm.transform.Pass``
 - ``plan(mod, policy="default", *, functions=None) -> FoldPlan``
-- ``fold(mod, *, policy="default", strict=False, functions=None) -> FoldResult``
+- ``fold(mod, *, policy="default", strict=False, functions=None, ledger=False) -> FoldResult``;
+  ``ledger(mod)`` reads the precision ledger ``ledger=True`` writes into the module
 - ``fold_function(func, *, policy="default", strict=False) -> relay.Function`` for one function
   as a ``relay.ext.<codegen>`` hook receives it (``Compiler`` attribute included)
 - ``fold_barrier(expr)`` / ``fold_allow(expr)``
@@ -36,6 +37,7 @@ from ._ops import register_ops as _register_ops  # noqa: E402
 _register_ops()
 
 from ._annotate import allow_constant_qnn, annotate  # noqa: E402
+from ._ledger import ledger  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, fold_function, plan  # noqa: E402
 from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
@@ -49,6 +51,7 @@ __all__ = [
     "fold_allow",
     "fold_barrier",
     "fold_function",
+    "ledger",
     "partition",
     "plan",
     "release_barriers",

@@ -29,6 +29,7 @@ def annotate(
     *,
     policy: PolicySpec = "qdq-accelerator",
     params: Optional[Mapping[str, object]] = None,
+    ledger: bool = False,
 ) -> Annotated:
     """Make ``mod`` carry ``policy`` through any stock Relay flow; return it with what was placed.
 
@@ -49,8 +50,10 @@ def annotate(
       holds the int8 weight and computes the same output. Release the barriers right before a
       backend's partitioner with :func:`partition`.
 
-    ``mod`` is not changed. The result is type-checked. :func:`allow_constant_qnn` marks what a
-    policy folds with ``fold_allow`` instead, for ``fold_guard.relay.FoldConstant`` to fold later.
+    ``ledger=True`` also writes the precision ledger of the policy's plan (one row per weight,
+    :func:`fold_guard.relay.ledger`). ``mod`` is not changed. The result is type-checked.
+    :func:`allow_constant_qnn` marks what a policy folds with ``fold_allow`` instead, for
+    ``fold_guard.relay.FoldConstant`` to fold later.
 
     Examples
     --------
@@ -74,7 +77,7 @@ def annotate(
     if params:
         mod = _bind_params(mod, params)
     # Step 1. Evaluate what the policy folds; what is left is what it keeps.
-    folded = fold(mod, policy=policy).mod
+    folded = fold(mod, policy=policy, ledger=ledger).mod
     # Step 2. Barriers where a fold after QNN lowering (fold-qnn) would undo a keep.
     analysis = analyse(folded, policy, None, StepTimer())
     graph = analysis.graph

@@ -20,6 +20,7 @@ from .._core.report import FoldResult, StepTimer, fold_result
 from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
+from ._ledger import attach_ledger
 from ._read import foldable_functions, function_names, postorder
 from ._rewrite import remap_global_vars, rewrite_function
 from ._stock import is_true
@@ -219,10 +220,12 @@ def fold(
     strict: bool = False,
     functions: Optional[Iterable[str]] = None,
     max_fold_bytes: Optional[int] = None,
+    ledger: bool = False,
 ) -> FoldResult:
     """Fold the constant calls of ``mod`` that ``policy`` and the annotations allow.
 
-    ``max_fold_bytes`` is as in :func:`FoldConstant`.
+    ``max_fold_bytes`` is as in :func:`FoldConstant`. ``ledger=True`` writes the precision ledger
+    (:func:`fold_guard.relay.ledger`) into the result's ``fold_guard.ledger`` attribute.
 
     Returns a :class:`FoldResult`; ``mod`` itself is never changed. ``functions`` names the
     global functions to fold; by default every Relay function the stock pass folds (all but
@@ -277,10 +280,13 @@ def fold(
     new_mod = _rewrite_module(typed, translation, fold_plan, values)
     new_mod = _infer_types(new_mod, "fold_guard's output (please report this)", visible=True)
     timer.lap("rewrite")
+    modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
+    if ledger:
+        new_mod = attach_ledger(new_mod, fold_plan, translation.sites)
     return fold_result(
         new_mod,
         fold_plan,
-        modified=not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True),
+        modified=modified,
         implementation=IMPLEMENTATION,
         timer=timer,
         constant_bytes=lambda: (_constant_bytes(typed), _constant_bytes(new_mod)),

@@ -24,21 +24,12 @@ import onnx
 import pytest
 from _common import onnx_models as om
 from playwright.sync_api import sync_playwright
+from support.chromium import CHROMIUM, CHROMIUM_ARGS
 from support.inprocess import run_cli
 
 import fold_guard.relax as fgr
 from fold_guard.cli._categories import CATEGORIES, GROUPS, category_of
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 VIEWPORT = {"width": 1400, "height": 900}
 
 

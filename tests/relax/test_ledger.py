@@ -163,3 +163,31 @@ def test_a_second_run_adds_its_rows_over_the_first(cnn):
     rows = fgr.ledger(second)
     assert len(rows) == 10
     assert {row.action for row in rows} == {"kept"}
+
+
+def test_a_float_weight_parameter_quantized_ahead_of_run_time_ships_as_int8():
+    """main(x, w: fp32 param): dequantize(quantize(w)) -> conv2d, under keep-qdq-weights.
+
+    LiftTransformParams computes quantize(w) ahead of run time and main keeps the dequantize:
+    the row says fp32 -> int8, kept, by the dequantize rule; under default all of it is lifted.
+    """
+    model = om.make_qdq_cnn(float_weights=True)
+    mod, _ = relax.frontend.detach_params(from_onnx(model, keep_params_in_input=True))
+    rows = {
+        row.key: row
+        for row in fgr.ledger(fgr.annotate(mod, policy="keep-qdq-weights", ledger=True).mod)
+    }
+    weight = rows["param:conv0.weight"]
+    assert (weight.action, weight.rule) == ("kept", "keep-dequantize-of-integer-constant")
+    assert (weight.dtype_before, weight.shape_before) == ("float32", (8, 3, 3, 3))
+    assert (weight.dtype_after, weight.shape_after, weight.bytes_after) == (
+        "int8",
+        (8, 3, 3, 3),
+        216,
+    )
+    assert sorted(row.dtype_after for row in rows.values()) == ["int32"] * 5 + ["int8"] * 5
+    lifted = fgr.ledger(fgr.annotate(mod, policy="default", ledger=True).mod)
+    assert {(row.action, row.rule) for row in lifted} == {("lifted", "default")}
+    assert {row.key for row in lifted} == set(rows)
+    # what the lifted transform computes for that weight is fp32 again
+    assert {row.key: row.dtype_after for row in lifted}["param:conv0.weight"] == "float32"
