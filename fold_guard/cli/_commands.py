@@ -288,7 +288,8 @@ def _run_check(model: LoadedModel, after: Any, seed: int, atol: float) -> _check
 
 
 def cmd_draw(args: argparse.Namespace, out: TextIO) -> int:
-    from ._draw import render_html, render_svg
+    from ._draw import render_svg
+    from ._page import render_html
 
     spec = policy_spec(args.policy, args.max_fold_bytes)
     outputs = Outputs()
