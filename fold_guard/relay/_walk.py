@@ -337,10 +337,12 @@ class _Walker:
             bound = self.let_value.get(expr)
             if bound is None:
                 return self.sources.get(expr, RuntimeSource(expr.name_hint))
-            # The bound value precedes the let body in post-order, so its source is known.
-            # Stock inlines a let-bound value only once it is a single constant: a let-bound tuple
-            # stays a variable, and so does anything read through it.
-            value = self.sources[bound]
+            # The bound value precedes the let body in post-order, so its source is known, except
+            # inside the value itself: a recursive function (ONNX Loop / Scan's ``%while_loop``)
+            # calls the variable it is bound to. Stock inlines a let-bound value only once it is
+            # a single constant: a let-bound tuple stays a variable, and so does anything read
+            # through it.
+            value = self.sources.get(bound)
             if isinstance(value, ConstSource) or (
                 isinstance(value, NodeSource) and self._is_tensor(value)
             ):
