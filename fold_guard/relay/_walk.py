@@ -59,6 +59,7 @@ from ._stock import (
     static_shape_value,
     stock_rules,
 )
+from ._zero_size import reads_memory_nobody_wrote
 
 __all__ = [
     "CallSite",
@@ -429,6 +430,9 @@ class _Walker:
                 kind = SiteKind.ALLOW
             elif annotation is Annotation.NONE:
                 unfoldable, detail, default_fold, default_rule = stock_rules(op, call, self.op_attr)
+                unwritten = "" if unfoldable else reads_memory_nobody_wrote(call)
+                if unwritten:
+                    unfoldable, detail = Reason.UNWRITTEN_MEMORY, unwritten
 
         outputs = tensor_infos(_checked_type(call))
         node = FoldNode(
