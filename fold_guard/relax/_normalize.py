@@ -19,6 +19,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from . import _compat
+
 __all__ = ["hoist_match_cast_values"]
 
 
@@ -46,7 +48,7 @@ def _has_nested_call(body: relax.Expr) -> bool:
     for block in body.blocks[:]:
         for binding in block.bindings[:]:
             value = binding.value
-            if isinstance(binding, relax.MatchCast) and isinstance(value, relax.Call):
+            if _is_nested_call(binding):
                 return True
             if isinstance(value, relax.If) and (
                 _has_nested_call(value.true_branch) or _has_nested_call(value.false_branch)
@@ -57,12 +59,22 @@ def _has_nested_call(body: relax.Expr) -> bool:
     return False
 
 
+def _is_nested_call(binding: relax.Binding) -> bool:
+    """A match cast of a typed call (an untyped one is left alone: normalizing it would write
+    types into the caller's nodes; the walk refuses such a module)."""
+    return (
+        isinstance(binding, relax.MatchCast)
+        and isinstance(binding.value, relax.Call)
+        and _compat.has_type(binding.value)
+    )
+
+
 @mutator
 class _Hoister(PyExprMutator):
     """Emits a match cast's call value as its own binding, as the stock pass's mutator does."""
 
     def visit_match_cast_(self, binding: relax.MatchCast) -> None:
-        if not isinstance(binding.value, relax.Call):
+        if not _is_nested_call(binding):
             super().visit_match_cast_(binding)
             return
         value = self.builder_.emit(self.visit_expr(binding.value))
