@@ -8,7 +8,7 @@ and hands the same decision here, where a folded call with no value must be one 
 
 from __future__ import annotations
 
-from typing import AbstractSet, Dict, Set, Tuple
+from typing import AbstractSet, Dict, Mapping, Sequence, Set, Tuple
 
 import tvm
 from tvm import relax
@@ -18,7 +18,6 @@ from .._core.errors import PlanInvariantError
 from .._core.graph import dtype_nbytes
 from .._core.planner import FoldPlan
 from . import _compat
-from ._engine import Values
 from ._rewrite import rewrite_function
 from ._walk import Translation
 
@@ -29,7 +28,7 @@ def rewrite_module(
     mod: tvm.IRModule,
     translation: Translation,
     fold_plan: FoldPlan,
-    values: Values,
+    values: Mapping[int, Sequence[object]],
     released: AbstractSet[int],
 ) -> tvm.IRModule:
     """``mod`` with every folded call of ``fold_plan`` replaced by its value.
