@@ -16,18 +16,26 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Generic, Iterator, List, Tuple, TypeVar
+from typing import Callable, Generic, Hashable, Iterator, List, Sequence, Set, Tuple, TypeVar
 
 import tvm
 
+from ._core.errors import PreconditionError
 from ._pass_context import PASS_NAME
 
-__all__ = ["FOLDING_PASSES", "Partitioned", "folding_skipped"]
+__all__ = [
+    "FOLDING_PASSES",
+    "ConstantsView",
+    "Partitioned",
+    "folding_skipped",
+    "partition_released",
+]
 
 #: Passes that evaluate constants: skipped between releasing the barriers and the partition.
 FOLDING_PASSES = (PASS_NAME,)
 
 ModuleT = TypeVar("ModuleT")
+ExprT = TypeVar("ExprT")
 
 
 @dataclass(frozen=True)
@@ -82,3 +90,49 @@ def folding_skipped() -> Iterator[List[str]]:
         config={str(key): value for key, value in current.config.items()},
     ):
         yield skip.skipped
+
+
+@dataclass(frozen=True)
+class ConstantsView(Generic[ModuleT, ExprT]):
+    """How an adapter's constants are told apart: what ``partition`` checks after the partitioner.
+
+    ``is_constant`` picks the released operands that are constants; ``key`` identifies a
+    constant's array (the same for every node holding it: a partitioner may copy the node into
+    a composite); ``keys_in`` gives the keys of every constant in a module's functions;
+    ``describe`` says what a constant is (``int8[4, 4]``).
+    """
+
+    is_constant: Callable[[ExprT], bool]
+    key: Callable[[ExprT], Hashable]
+    keys_in: Callable[[ModuleT], Set[Hashable]]
+    describe: Callable[[ExprT], str]
+
+
+def partition_released(
+    released: ModuleT,
+    operands: Sequence[ExprT],
+    partition_fn: Callable[[ModuleT], ModuleT],
+    constants: ConstantsView[ModuleT, ExprT],
+) -> Partitioned[ModuleT]:
+    """Run ``partition_fn`` on ``released`` (the module with its barriers removed, ``operands``
+    their operands) with every folding pass skipped, then check that no released constant was
+    folded away.
+
+    Raises :class:`~fold_guard.PreconditionError` when one is missing from the result: the
+    partition function folded it, in a ``PassContext`` of its own the skip does not reach.
+    """
+    kept = [operand for operand in operands if constants.is_constant(operand)]
+    with folding_skipped() as skipped:
+        result = partition_fn(released)
+    if kept:
+        present = constants.keys_in(result)
+        missing = [c for c in kept if constants.key(c) not in present]
+        if missing:
+            raise PreconditionError(
+                f"partition: {len(missing)} of {len(kept)} released constants are gone from "
+                f"the partitioned module (the first: {constants.describe(missing[0])}); the "
+                "partition function folded them, probably in a PassContext of its own, where "
+                "fold_guard cannot skip its FoldConstant; hint: run its folding steps before "
+                "annotate's barriers are released, and pass partition only its partitioning steps"
+            )
+    return Partitioned(result, len(operands), len(kept), tuple(skipped))

@@ -15,7 +15,9 @@
 #
 # Three lanes:
 #   full  (the default; what CI (.ci/run) and the README run): every test of both suites but
-#         the model-explorer lane's, with `pytest -m "not model_explorer"`, plus the lint step in the Relax environment: `ruff check` and
+#         the model-explorer lane's and the whole ONNX node-test corpus (`conformance`: minutes;
+#         the full lane runs its sample), with `pytest -m "not model_explorer and not conformance"`,
+#         plus the lint step in the Relax environment: `ruff check` and
 #         `ruff format --check` (configured in pyproject.toml). The environments are (re)made
 #         first, idempotently.
 #   fast  (for development; the same selection plain `pytest` makes in either environment):
@@ -143,10 +145,10 @@ print(f"tvm {tvm.__version__} (tvm.relay present)")'
 RESULTS="$(mktemp -d)"
 trap 'rm -rf "$RESULTS"' EXIT
 
-# The full lane selects every test but the model_explorer lane's; the fast lane keeps
-# pyproject's default selection.
+# The full lane selects every test but the model_explorer lane's and the conformance corpus
+# (run it with -m conformance); the fast lane keeps pyproject's default selection.
 LANE_ARGS=()
-[ "$LANE" = full ] && LANE_ARGS=(-m "not model_explorer")
+[ "$LANE" = full ] && LANE_ARGS=(-m "not model_explorer and not conformance")
 
 if [ "$LANE" = model-explorer ]; then
     header "setup: Relax (Python 3.11, .venv)"

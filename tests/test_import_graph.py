@@ -7,6 +7,8 @@
 - no adapter module imports the package root (``fold_guard/__init__.py`` imports the adapters);
 - translation never imports the engine: only the driver (``_pass``) and ``_config`` do;
 - nothing under ``relax/_engine`` reads the environment (``_config`` resolves every setting);
+- the reference engine shares no helper with the fast engine (the fast one hands it a call to
+  rerun, nothing more), so that comparing the two can catch a bug in either;
 - no module of ``relax/`` is longer than 450 lines.
 
 The graph is read with ``ast`` from every file of the package, so it covers imports that run
@@ -36,6 +38,10 @@ TRANSLATION = {
     "_sites",
     "_compat",
     "_annotate",
+    "_requests",
+    "_pending",
+    "_normalize",
+    "_apply",
 }
 
 
@@ -141,6 +147,25 @@ def test_the_engine_reads_no_environment():
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
         ]
         assert reads == [], path
+
+
+def _imported_names(path: Path, module: str) -> Set[str]:
+    """The names ``path`` imports from the sibling module ``module`` (``from .module import ...``)."""
+    return {
+        alias.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == module
+        for alias in node.names
+    }
+
+
+def test_the_reference_engine_shares_no_helper_with_the_fast_engine():
+    engine = PACKAGE / "relax" / "_engine"
+    # the fast engine reruns a call on the reference engine: the class, nothing of its insides
+    assert _imported_names(engine / "fast.py", "reference") == {"ReferenceEngine"}
+    own = {name.rpartition(".")[2] for name in GRAPH["fold_guard.relax._engine.reference"]}
+    siblings = {path.stem for path in engine.glob("*.py")} - {"__init__", "interface"}
+    assert own & siblings == set()  # only the interface's types
 
 
 def test_relax_modules_are_short():

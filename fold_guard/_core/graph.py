@@ -153,8 +153,9 @@ class FoldNode:
     """One call the planner decides on.
 
     ``unfoldable`` is set by the adapter when it could never evaluate this call, whatever its
-    inputs (``Reason.IMPURE``, ``Reason.UNSUPPORTED``, ``Reason.DYNAMIC_SHAPE``), with
-    ``unfoldable_detail`` saying why. ``default_fold`` says whether the IR's stock pass folds this
+    inputs (``Reason.IMPURE``, ``Reason.UNSUPPORTED``, ``Reason.DYNAMIC_SHAPE``), or never to a
+    defined value (``Reason.UNWRITTEN_MEMORY``: its kernel's result would depend on memory
+    nobody wrote), with ``unfoldable_detail`` saying why. ``default_fold`` says whether the IR's stock pass folds this
     call when all its inputs are constant; ``default_rule`` names the stock rule that keeps it
     otherwise (for example ``"relax: ops fold only inside dataflow blocks"``). ``lift_rule`` is
     the same for the parameter path: empty when the IR's stock parameter lifting

@@ -300,7 +300,8 @@ def _allow(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
 
 
 def _unfoldable(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
-    """A call the adapter can never evaluate (impure, unsupported, dynamic shape)."""
+    """A call the adapter can never evaluate (impure, unsupported, dynamic shape), or never to a
+    defined value (its kernel may leave output unwritten): kept, whatever a rule or allow says."""
     if node.unfoldable is None:
         return None
     return _Verdict(node).keep(node.unfoldable, "", node.unfoldable_detail)

@@ -40,6 +40,11 @@ class Reason(Enum):
     IMPURE = "impure"
     UNSUPPORTED = "unsupported"
     EVAL_FAILED = "evaluation failed"
+    # The kernel's result would depend on memory nobody wrote: it leaves part of its output
+    # unwritten (a reduction over a zero-size axis never runs its init) or reads outside a
+    # zero-size operand. Never folded, whatever the rules say: an intended difference from
+    # stock, which folds those bytes (RFC.md, guarantee 7).
+    UNWRITTEN_MEMORY = "depends on unwritten memory"
 
     @property
     def text(self) -> str:

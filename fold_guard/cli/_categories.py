@@ -29,7 +29,10 @@ CATEGORIES: Dict[str, Tuple[str, str]] = {
     "kept_by_rule": ("kept by a rule", "#ef6c00"),
     "kept_with_input": ("kept because an input was kept", "#ffcc80"),
     "not_constant": ("not constant", "#cfd8dc"),
-    "unsupported": ("cannot be evaluated (unsupported, impure, dynamic shape, failed)", "#8e24aa"),
+    "unsupported": (
+        "cannot be evaluated (unsupported, impure, dynamic shape, failed, unwritten memory)",
+        "#8e24aa",
+    ),
 }
 
 #: Headline group -> its categories.

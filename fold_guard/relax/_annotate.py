@@ -89,7 +89,7 @@ def annotate(
     uncarried: List[Placement] = []
     for name, (gvar, func) in translation.functions.items():
         if name in by_function:
-            annotator = _Annotator(mod, by_function[name], translation.sites)
+            annotator = _Annotator(analysis.mod, by_function[name], translation.sites)
             functions[gvar] = annotator.visit_expr(func)
             uncarried += annotator.uncarried
     annotated = tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)

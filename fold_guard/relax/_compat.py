@@ -11,7 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Tuple,
+    TypeVar,
+)
 
 import tvm
 
@@ -22,10 +33,12 @@ __all__ = [
     "ERROR_NAMESPACE",
     "SUPPORTED_TVM",
     "TVM_VERSION",
+    "BuildingFunction",
     "Constant",
     "ShapeType",
     "TensorType",
     "TupleType",
+    "building_function",
     "check_tvm_version",
     "constant_array",
     "dtype_of",
@@ -235,3 +248,47 @@ def _read_dtype(ty: Any) -> str:
         return ""
     inner = getattr(dtype, "dtype", dtype)
     return str(inner)
+
+
+class BuildingFunction(NamedTuple):
+    """A function in the middle of being built, and the names of its module's functions."""
+
+    name: str
+    params: Tuple[Any, ...]
+    attrs: Dict[str, Any]
+    module_functions: FrozenSet[str]
+
+
+def building_function() -> Optional[BuildingFunction]:
+    """The function being built right now, or None.
+
+    Inside ``with bb.function(...)`` of a Python ``BlockBuilder``, or while TVMScript parses a
+    function (the parser's innermost function frame; its module frame declares every function's
+    name before any body is parsed). Both read builder internals of 0.27 (the builder's function
+    scope, the IRBuilder's frames): a release that moves them makes this return None.
+    """
+    builder = relax.BlockBuilder.current()
+    scopes = getattr(builder, "_func_stack", None)
+    if builder is not None and scopes:
+        scope = scopes[-1]
+        names = frozenset(gvar.name_hint for gvar in builder.get().get_global_vars())
+        return BuildingFunction(
+            str(getattr(scope, "_name", "")),
+            tuple(getattr(scope, "_params", None) or ()),
+            dict(getattr(scope, "_attrs", None) or {}),
+            names,
+        )
+    from tvm.script.ir_builder import IRBuilder
+
+    if not IRBuilder.is_in_scope():
+        return None
+    frames = list(IRBuilder.current().frames)
+    names = frozenset(
+        str(name) for frame in frames[:1] for name in getattr(frame, "global_vars", {}).keys()
+    )
+    for frame in reversed(frames):
+        if hasattr(frame, "params") and hasattr(frame, "attrs"):
+            attrs = {str(k): v for k, v in frame.attrs.items()} if frame.attrs else {}
+            name = str(frame.name) if frame.name is not None else ""
+            return BuildingFunction(name, tuple(frame.params), attrs, names)
+    return None

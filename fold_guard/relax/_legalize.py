@@ -16,33 +16,42 @@ part, so nothing on disk can change a plan. How a kernel is then built and run i
 business (``_engine``).
 
 Tensor arguments are always passed as buffers (never inlined as immediates), so a kernel does not
-depend on the values of scalar constants such as per-tensor scales. Whether the stock pass would
-fold a call is still decided on the call as the stock pass sees it: scalar constants are given to
-the legalizer as constants, because some legalizers (``astype``) then return a constant instead of
-a TIR call, and the stock pass does not fold those.
+depend on the values of scalar constants such as per-tensor scales. Stock's kernel has them as
+immediates, which gives the same bits except for the few values TVM or LLVM compile in
+(``_stock.value_shapes_kernel``); a call with such a value runs stock's own kernel (the engine's
+``STOCK`` way). Whether the stock pass would fold a call is still decided on the call as the stock
+pass sees it: scalar constants are given to the legalizer as constants, because some legalizers
+(``astype``) then return a constant instead of a TIR call, and the stock pass does not fold those;
+a value that can matter (a zero divisor) gets a decision of its own. Which kernels may leave output
+unwritten is read here too (``fold_guard._unwritten``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
-import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
 
+from .._unwritten import (
+    EMPTY_READ_DETAIL,
+    EMPTY_REDUCTION_DETAIL,
+    reads_empty_buffer,
+    reduces_over_empty_axis,
+)
 from . import _compat
+from ._pending import pending_scalar_leaves
+from ._requests import Request, leaf_shapes, leaf_type, legalize_requests, make_request
 from ._shape_generic import SHAPE_GENERIC_OPS, is_shape_generic
 from ._sites import CallSite, KernelSpec, PlanningFacts, SiteKind, StaticShapeVar
-from ._stock import legalized_call_tir, needs_scalar_decision, not_legalized_rule
+from ._stock import legalized_call_tir, needs_scalar_decision, scalar_value_key
 
 __all__ = [
     "SHAPE_GENERIC_OPS",
     "Legalization",
     "legalize_candidates",
-    "legalize_each",
-    "stock_legalization_error",
 ]
 
 
@@ -60,10 +69,6 @@ class Legalization:
     pending_scalars: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
 
 
-def _leaf_type(site: CallSite, index: int) -> relax.TensorType:
-    return _compat.type_of(site.leaves[index])
-
-
 def _dim_class(dim: Optional[int]) -> str:
     # Size-1 (broadcast) and size-0 dims change what a kernel computes, so they are part of the
     # signature: a symbolic dim never stands for them.
@@ -73,8 +78,8 @@ def _dim_class(dim: Optional[int]) -> str:
 def _signature(site: CallSite) -> Tuple:
     leaves = tuple(
         (
-            _compat.dtype_of(_leaf_type(site, i)),
-            tuple(_dim_class(dim) for dim in _compat.static_shape(_leaf_type(site, i)) or ()),
+            _compat.dtype_of(leaf_type(site, i)),
+            tuple(_dim_class(dim) for dim in _compat.static_shape(leaf_type(site, i)) or ()),
         )
         for i in range(len(site.leaves))
     )
@@ -93,144 +98,8 @@ def _static_key(arg: object) -> object:
     return ("static", tvm_ffi.structural_hash(arg))
 
 
-def _shapes(site: CallSite) -> Tuple:
-    return tuple(_compat.static_shape(_leaf_type(site, i)) for i in range(len(site.leaves)))
-
-
-@dataclass
-class _Request:
-    """One function to legalize: a representative call over placeholder parameters."""
-
-    name: str
-    members: List[CallSite]
-    params: List[Optional[relax.Var]]
-    symbolic: bool
-    for_decision: bool = False
-    #: each symbolic dim var, with its value for every member (in member order)
-    dim_values: Dict[tvm.tirx.Var, Tuple[int, ...]] = field(default_factory=dict)
-
-
-def _dims_for(
-    members: List[CallSite], symbolic: bool
-) -> Tuple[List[List[object]], Dict[tvm.tirx.Var, Tuple[int, ...]]]:
-    """Per leaf, its dims: an int where every member agrees, else a shared symbolic var.
-
-    Two positions whose values agree across all members get the same var, so constraints such
-    as "scale has as many elements as the quantized axis" still type-check.
-    """
-    per_member = [_shapes(site) for site in members]
-    first = per_member[0]
-    shared: Dict[Tuple, tvm.tirx.Var] = {}
-    dims: List[List[object]] = []
-    for i, shape in enumerate(first):
-        leaf_dims: List[object] = []
-        for k in range(len(shape or ())):
-            column = tuple(shapes[i][k] for shapes in per_member)
-            if not symbolic or len(set(column)) == 1:
-                leaf_dims.append(column[0])
-            else:
-                if column not in shared:
-                    shared[column] = tvm.tirx.Var(f"n{len(shared)}", "int64")
-                leaf_dims.append(shared[column])
-        dims.append(leaf_dims)
-    return dims, {var: column for column, var in shared.items()}
-
-
-def _make_request(
-    name: str,
-    members: List[CallSite],
-    *,
-    symbolic: bool,
-    scalars_as_constants: bool,
-    scalars: Optional[Mapping[int, np.ndarray]] = None,
-) -> Tuple[relax.Function, _Request]:
-    site = members[0]
-    params: List[Optional[relax.Var]] = []
-    leaf_exprs: List[relax.Expr] = []
-    dims, dim_values = _dims_for(members, symbolic)
-    for i, leaf_dims in enumerate(dims):
-        dtype = _compat.dtype_of(_leaf_type(site, i))
-        if scalars_as_constants and not leaf_dims:
-            leaf_exprs.append(_scalar_constant(site, i, dtype, scalars or {}))
-            params.append(None)
-            continue
-        var = relax.Var(f"p{i}", relax.TensorType(leaf_dims, dtype))
-        params.append(var)
-        leaf_exprs.append(var)
-
-    # Shape variables known from their type become parameters too, but not operands: a kernel
-    # that reads one at run time cannot be used (it is rejected when read back).
-    shape_params: List[relax.Var] = []
-
-    def rebuild(arg: object) -> relax.Expr:
-        if isinstance(arg, int):
-            return leaf_exprs[arg]
-        if isinstance(arg, tuple):
-            return relax.Tuple([rebuild(a) for a in arg])
-        if isinstance(arg, StaticShapeVar):
-            shape_params.append(relax.Var(f"s{len(shape_params)}", _compat.type_of(arg.var)))
-            return shape_params[-1]
-        return arg  # type: ignore[return-value]
-
-    call = relax.Call(
-        site.call.op, [rebuild(a) for a in site.template_args], site.call.attrs, site.call.ty_args
-    )
-    bb = relax.BlockBuilder()
-    with bb.function(name, [p for p in params if p is not None] + shape_params, private=True):
-        with bb.dataflow():
-            out = bb.emit_output(call)
-        bb.emit_func_output(out)
-    request = _Request(name, members, params, symbolic, scalars_as_constants, dim_values)
-    return bb.get()[name], request
-
-
-def _scalar_constant(
-    site: CallSite, index: int, dtype: str, scalars: Mapping[int, np.ndarray]
-) -> relax.Expr:
-    """The constant a 0-d leaf is shown to the legalizer as, the way the stock pass shows it.
-
-    A literal constant is itself; a value folded earlier in this pass (``scalars``) is that
-    value. A scalar still pending (folded in this pass, not yet evaluated) stands in as one:
-    legalizers look at the value only to reject it (a division's simplifier raises "Divide by
-    zero" on a zero divisor), and one is a value none rejects. Such a call's decision is made
-    again on its real value once that is known (:func:`pending_scalars`,
-    :func:`stock_legalization_error`).
-    """
-    if index in scalars:
-        return relax.const(scalars[index], dtype)
-    constant = site.leaf_constants[index]
-    if constant is not None:
-        return constant
-    return relax.const(np.ones((), dtype), dtype)
-
-
-def _legalize(
-    functions: Dict[str, relax.Function],
-) -> Tuple[Dict[str, tvm.IRModule], Dict[str, str]]:
-    """LegalizeOps over all request functions at once; on failure, one by one to isolate it.
-
-    Returns, per request name, the legalized module that holds it (the batch, or the request's
-    own module), and per failed request why. The modules of the one-by-one fallback stay apart:
-    each names its PrimFuncs on its own (two may both define ``tir_exp``), and its ``call_tir``
-    refers to its own ``GlobalVar`` objects, which a merged module would not define.
-    """
-    errors: Dict[str, str] = {}
-    try:
-        batch = relax.transform.LegalizeOps()(tvm.IRModule(functions))
-        return dict.fromkeys(functions, batch), errors
-    except Exception:  # noqa: BLE001 - a legalizer raising anything: isolate it below
-        pass
-    modules: Dict[str, tvm.IRModule] = {}
-    for name, func in functions.items():
-        try:
-            modules[name] = relax.transform.LegalizeOps()(tvm.IRModule({name: func}))
-        except Exception as err:  # noqa: BLE001 - recorded per request as "cannot evaluate"
-            errors[name] = f"LegalizeOps failed: {err}".splitlines()[0]
-    return modules, errors
-
-
 def _split_by_output_shape(
-    request: _Request, out_ty: object
+    request: Request, out_ty: object
 ) -> Tuple[List[CallSite], List[CallSite]]:
     """Members whose static result shape the symbolic kernel reproduces, and the others.
 
@@ -283,7 +152,7 @@ def _plain_dims(types: Sequence[object]) -> Optional[List[Tuple[Any, ...]]]:
     return result
 
 
-def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[KernelSpec], str]:
+def _single_call_tir(mod: tvm.IRModule, request: Request) -> Tuple[Optional[KernelSpec], str]:
     value, why = legalized_call_tir(mod[request.name])
     if value is None:
         return None, why
@@ -307,47 +176,64 @@ def _single_call_tir(mod: tvm.IRModule, request: _Request) -> Tuple[Optional[Ker
 def _split_by_shape(members: Sequence[CallSite]) -> List[List[CallSite]]:
     by_shape: Dict[Tuple, List[CallSite]] = {}
     for site in members:
-        by_shape.setdefault(_shapes(site), []).append(site)
+        by_shape.setdefault(leaf_shapes(site), []).append(site)
     return list(by_shape.values())
 
 
 def _static_requests(
     name: str, members: Sequence[CallSite]
-) -> List[Tuple[relax.Function, _Request]]:
+) -> List[Tuple[relax.Function, Request]]:
     return [
-        _make_request(f"{name}_s{k}", part, symbolic=False, scalars_as_constants=False)
+        make_request(f"{name}_s{k}", part, symbolic=False, scalars_as_constants=False)
         for k, part in enumerate(_split_by_shape(members))
     ]
 
 
-def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Function, _Request]]:
+def _group_requests(name: str, members: List[CallSite]) -> List[Tuple[relax.Function, Request]]:
     """The kernel request of one op-signature group, plus its decision request if it has scalars."""
-    distinct_shapes = len({_shapes(site) for site in members})
+    distinct_shapes = len({leaf_shapes(site) for site in members})
     if distinct_shapes == 1:
-        requests = [_make_request(name, members, symbolic=False, scalars_as_constants=False)]
+        requests = [make_request(name, members, symbolic=False, scalars_as_constants=False)]
     elif is_shape_generic(members[0]):
         try:
-            requests = [_make_request(name, members, symbolic=True, scalars_as_constants=False)]
+            requests = [make_request(name, members, symbolic=True, scalars_as_constants=False)]
         except Exception:  # noqa: BLE001 - type inference rejected the symbolic dims
             requests = _static_requests(name, members)
     else:
         requests = _static_requests(name, members)
-    if needs_scalar_decision(_shapes(members[0])):
-        # One decision (on the first member's static shapes) serves the whole group.
-        requests.append(
-            _make_request(f"{name}_decision", members, symbolic=False, scalars_as_constants=True)
-        )
+    if needs_scalar_decision(leaf_shapes(members[0])):
+        # One decision (on the first member's static shapes) serves the members whose 0-d
+        # constants the legalizer treats alike; a value that matters gets a decision of its own.
+        by_value: Dict[Tuple[Hashable, ...], List[CallSite]] = {}
+        for site in members:
+            by_value.setdefault(_scalar_values(site), []).append(site)
+        for k, part in enumerate(by_value.values()):
+            requests.append(
+                make_request(f"{name}_decision{k}", part, symbolic=False, scalars_as_constants=True)
+            )
     return requests
 
 
+def _scalar_values(site: CallSite) -> Tuple[Hashable, ...]:
+    """The values of ``site``'s literal 0-d constants that stock's legalization can depend on."""
+    values = [
+        _compat.constant_array(constant).numpy()
+        if constant is not None and _compat.static_shape(leaf_type(site, i)) == ()
+        else None
+        for i, constant in enumerate(site.leaf_constants)
+    ]
+    dtypes = [_compat.dtype_of(leaf_type(site, i)) for i in range(len(site.leaves))]
+    return scalar_value_key(site.call, values, dtypes)
+
+
 def _collect(
-    requests: List[Tuple[relax.Function, _Request]],
+    requests: List[Tuple[relax.Function, Request]],
     kernels: Dict[int, KernelSpec],
     facts: _MutableFacts,
-) -> List[Tuple[relax.Function, _Request]]:
+) -> List[Tuple[relax.Function, Request]]:
     """Legalize ``requests`` together and record their kernels; return the static retries."""
-    legalized, errors = _legalize({request.name: func for func, request in requests})
-    retries: List[Tuple[relax.Function, _Request]] = []
+    legalized, errors = legalize_requests({request.name: func for func, request in requests})
+    retries: List[Tuple[relax.Function, Request]] = []
     for _, request in requests:
         kernel, why = None, errors.get(request.name, "LegalizeOps failed")
         if request.name in legalized:
@@ -418,63 +304,31 @@ def legalize_candidates(
             unread = tuple(i for i in site.zero_size_leaves if i not in read)
             if unread:
                 unread_zero_size[site.node_id] = unread
-    # Step 4. Calls whose decision read a stand-in for a scalar not yet evaluated.
-    pending_scalars: Dict[int, Tuple[int, ...]] = {}
+    # Step 4. Kernels whose result depends on memory nobody wrote (``fold_guard._unwritten``):
+    # only a zero-size operand can make one.
+    unwritten: Dict[int, str] = {}
     for site in sites:
-        if site.node_id in kernels and site.kind is SiteKind.OP:
-            pending = _pending_scalar_leaves(site)
-            if pending:
-                pending_scalars[site.node_id] = pending
+        kernel = kernels.get(site.node_id)
+        if kernel is not None and _has_zero_size_leaf(site):
+            why = _unwritten_detail(kernel.prim_func)
+            if why:
+                unwritten[site.node_id] = why
+    # Step 5. Calls whose decision read a stand-in for a scalar not yet evaluated.
     return Legalization(
         kernels,
-        PlanningFacts(facts.unsupported, facts.not_stock_foldable, unread_zero_size),
-        pending_scalars,
+        PlanningFacts(facts.unsupported, facts.not_stock_foldable, unread_zero_size, unwritten),
+        pending_scalar_leaves(sites, kernels),
     )
 
 
-def _pending_scalar_leaves(site: CallSite) -> Tuple[int, ...]:
-    return tuple(
-        i
-        for i, constant in enumerate(site.leaf_constants)
-        if constant is None and _compat.static_shape(_leaf_type(site, i)) == ()
-    )
+def _unwritten_detail(prim_func: tvm.tirx.PrimFunc) -> str:
+    if reduces_over_empty_axis(prim_func):
+        return EMPTY_REDUCTION_DETAIL
+    return EMPTY_READ_DETAIL if reads_empty_buffer(prim_func) else ""
 
 
-def stock_legalization_error(site: CallSite, scalars: Mapping[int, np.ndarray]) -> Optional[str]:
-    """Why the stock pass would not fold ``site`` with these 0-d operand values, or None.
-
-    The stock pass legalizes a call with its scalar operands as constants, values included; this
-    does the same with ``scalars`` (leaf index -> value, for the leaves that were still pending
-    when the call was first legalized). Stock raises where ``LegalizeOps`` raises: the call is
-    then kept with that error, as every call stock cannot evaluate.
-    """
-    func, request = _make_request(
-        "check", [site], symbolic=False, scalars_as_constants=True, scalars=scalars
-    )
-    legalized, errors = _legalize({request.name: func})
-    if request.name in errors:
-        return f"{errors[request.name]}; stock raises"
-    _, why = legalized_call_tir(legalized[request.name][request.name])
-    return not_legalized_rule(site.op_name, why) if why else None
-
-
-def legalize_each(mod: tvm.IRModule, sites: Sequence[CallSite]) -> Dict[int, KernelSpec]:
-    """A static kernel of its own for every site (``call_tir`` sites: the module's PrimFunc).
-
-    The reference engine's legalization: no grouping, no symbolic dims, one request per call.
-    A site without a kernel is left out.
-    """
-    kernels: Dict[int, KernelSpec] = {}
-    requests = []
-    for index, site in enumerate(sites):
-        if site.kind is SiteKind.CALL_TIR:
-            kernels[site.node_id] = _module_kernel(mod, site)
-        elif site.kind is SiteKind.OP:
-            requests.append(
-                _make_request(f"c{index}", [site], symbolic=False, scalars_as_constants=False)
-            )
-    _collect(requests, kernels, _MutableFacts())
-    return kernels
+def _has_zero_size_leaf(site: CallSite) -> bool:
+    return any(0 in (shape or ()) for shape in leaf_shapes(site))
 
 
 def _module_kernel(mod: tvm.IRModule, site: CallSite) -> KernelSpec:

@@ -12,8 +12,12 @@ the module at different stages, and that difference is the point:
   to its own shape: a view, no copy, and a value in a VM register (``KillAfterLastUse`` has
   already scheduled a kill for it, which a plain constant could not take).
 
-Where weights are parameters, ``annotate`` puts TVM's own ``relax.builtin.stop_lift_params``
-under a barrier, so that ``LiftTransformParams`` keeps the barrier at run time. That op has no
+Where weights are parameters, TVM's own ``relax.builtin.stop_lift_params`` goes under a barrier,
+so that ``LiftTransformParams`` (whose only stop it is) keeps the barrier at run time:
+``annotate`` puts it under the barriers it places and under existing ones over weights, and
+:func:`fold_barrier` under a barrier built by hand over a weight parameter of the function being
+built (a ``BlockBuilder`` function or TVMScript with ``num_input``), so a hand barrier holds
+through the lifting as an annotated one does. That op has no
 lowering in TVM 0.27 (the lifting pass removes it; a module built without lifting fails in VM
 codegen), so :func:`register_ops` gives it the barrier's ``FLowerBuiltin`` when it has none: an
 annotated module then builds whether or not it was lifted.
@@ -32,7 +36,7 @@ from tvm.ir import _ffi_api as _ir_ffi
 
 from .._core.errors import UnsupportedIRError
 from . import _compat
-from ._stock import LIFT_STOP_OP
+from ._stock import LIFT_STOP_OP, weight_parameter_start
 
 __all__ = [
     "FOLD_ALLOW_OP",
@@ -182,7 +186,10 @@ def fold_barrier(expr: relax.Expr) -> relax.Call:
     The operand itself may still fold (a constant subgraph above the barrier collapses into one
     constant that stays under the barrier). The barrier survives fold_guard's pass, ``LegalizeOps``
     and any later stock ``relax.transform.FoldConstant`` (so every TVM pipeline), and becomes a
-    view of its operand (no copy) in the VM build.
+    view of its operand (no copy) in the VM build. Over a weight parameter of the function being
+    built (from its ``num_input`` on), it stands on ``stop_lift_params``, as ``annotate`` writes
+    it: ``fold_barrier(stop_lift_params(w))``, which the builder gives a binding of its own, so
+    ``LiftTransformParams`` keeps the barrier and what reads it at run time.
 
     Examples
     --------
@@ -192,7 +199,28 @@ def fold_barrier(expr: relax.Expr) -> relax.Call:
     >>> print(fold_barrier(relax.const(np.zeros(2, "float32"))).op.name)
     relax.fold_barrier
     """
-    return _annotate(FOLD_BARRIER_OP, expr)
+    call = _annotate(FOLD_BARRIER_OP, expr)
+    if _is_weight_parameter(expr):
+        return relax.Call(call.op, [relax.op.builtin.stop_lift_params(expr)])
+    return call
+
+
+def _is_weight_parameter(expr: relax.Expr) -> bool:
+    """Whether ``expr`` is a weight parameter of the function being built (``_compat``).
+
+    Not in a module that already holds the function's ``transform_params``: that is a lifting's
+    result, whose barriers stand as the lifting left them (so it prints and parses back as is).
+    """
+    if not isinstance(expr, relax.Var) or isinstance(expr, relax.DataflowVar):
+        return False
+    building = _compat.building_function()
+    if building is None:
+        return False
+    lifted = {f"{building.name}_transform_params", "transform_params"}
+    if lifted & building.module_functions:
+        return False
+    start = weight_parameter_start(building.name, building.attrs)
+    return start is not None and any(p.same_as(expr) for p in building.params[start:])
 
 
 def fold_allow(expr: relax.Expr) -> relax.Call:

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Mapping, Optional, Set, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from .._adapter import check_module, fold_constant_pass
+from .._adapter import fold_constant_pass
 from .._core.driver import evaluate_until_stable, releasable
 from .._core.errors import PlanInvariantError, PreconditionError
-from .._core.graph import FoldGraph, InputKind
+from .._core.graph import FoldGraph
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec, resolve_policy, with_budget
@@ -26,12 +26,14 @@ from .._core.report import FoldResult, StepTimer, fold_result
 from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from . import _compat
+from ._apply import constant_bytes, rewrite_module
 from ._config import CacheSetting, resolve_options
-from ._constant_bytes import constant_bytes
 from ._engine import EngineOptions, Values, make_engine
 from ._ledger import attach_ledger
-from ._legalize import legalize_candidates, stock_legalization_error
-from ._rewrite import rewrite_function
+from ._legalize import legalize_candidates
+from ._normalize import hoist_match_cast_values
+from ._pending import check_pending_scalars, scalar_sources
+from ._read import check_relax_module
 from ._sites import KernelSpec
 from ._walk import Translation, walk_relax
 
@@ -41,21 +43,13 @@ __all__ = ["FoldConstant", "FoldResult", "fold", "plan"]
 IMPLEMENTATION = "fold_guard.relax.FoldConstant"
 
 
-def _check_module(mod: object) -> None:
-    check_module(
-        mod,
-        "fold_guard.relax",
-        (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc),
-        not_module_hint="wrap a Relax function with tvm.IRModule({'main': func})",
-        other_ir_hint=" (a Relay module? this release folds Relax only)",
-    )
-
-
 @dataclass(frozen=True)
 class Analysis:
     """The module read for folding: its translation, the graph the planner decides on, the policy.
 
-    ``kernels`` are the legalized kernels of the calls that could fold.
+    ``mod`` is the module as read: the input, normalized as the stock pass would
+    (``_normalize``); the rewrite starts from it. ``kernels`` are the legalized kernels of the
+    calls that could fold.
     """
 
     mod: tvm.IRModule
@@ -76,7 +70,7 @@ def analyse(
 ) -> Analysis:
     # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
     # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
-    _check_module(mod)
+    check_relax_module(mod)
     policy = resolve_policy(policy_spec)
     if strict and not relax.analysis.check_well_formed(mod):
         # checked up front so the post-condition in ``fold`` can only ever blame fold_guard
@@ -85,7 +79,9 @@ def analyse(
             "relax.analysis.well_formed, so it needs a well-formed input); "
             "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
         )
-    # Step 1. Describe every call binding of every Relax function.
+    # Step 1. Normalize what the stock pass normalizes in passing, then describe every call
+    # binding of every Relax function.
+    mod = hoist_match_cast_values(mod)
     walk = walk_relax(mod)
     timer.lap("walk")
     # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
@@ -202,26 +198,24 @@ def _fold(
     fold_plan = plan_folds(analysis.graph, resolved)
     timer.lap("plan")
     # Step 5. Build every kernel the plan needs, once.
-    # The scalars a decision waits for are kept until it is checked (they are 0-d: no memory).
-    scalar_sources = _scalar_sources(analysis)
-    engine = make_engine(
-        options,
-        mod,
-        analysis.graph,
-        translation.sites,
-        analysis.kernels,
-        translation.escaping | scalar_sources,
-    )
+    engine = make_engine(options, analysis.mod, analysis.graph, translation.sites, analysis.kernels)
     engine.prepare(fold_plan)
     timer.lap("compile")
     # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
-    # A call whose stock decision needed a scalar folded in this same pass is checked on its
-    # real value once evaluated: where stock would not fold it there, it fails and is re-planned.
+    # Which values may be dropped early is decided here, once per plan, and the rewrite gets the
+    # same decision; the scalars a stock decision waits for are kept until it is checked (0-d:
+    # no memory). A call whose stock decision needed a scalar folded in this same pass is
+    # checked on its real value: where stock would not fold it there, it fails and is re-planned.
     values: Values = {}
+    kept = translation.escaping | scalar_sources(analysis.graph, analysis.pending_scalars)
+    release: Dict[int, Tuple[int, ...]] = {}
 
     def evaluate(p: FoldPlan) -> Dict[int, str]:
-        failures = engine.evaluate(p, values, strict=strict)
-        failures.update(_check_pending_scalars(analysis, p, values, failures))
+        release.clear()
+        release.update(releasable(p, kept))
+        failures = engine.evaluate(p, values, strict=strict, release=release)
+        pending = check_pending_scalars(translation.sites, analysis.pending_scalars, p, values)
+        failures.update(pending)
         return failures
 
     fold_plan, _ = evaluate_until_stable(fold_plan, resolved, evaluate)
@@ -229,7 +223,7 @@ def _fold(
     if strict:
         raise_if_not_possible(fold_plan)
     # Step 7. Rewrite each function the way the stock pass does.
-    new_mod = _rewrite_module(mod, translation, fold_plan, values)
+    new_mod = rewrite_module(analysis.mod, translation, fold_plan, values, frozenset(release))
     timer.lap("rewrite")
     if strict and not relax.analysis.check_well_formed(new_mod):
         raise PlanInvariantError(
@@ -249,70 +243,6 @@ def _fold(
         kernels_cached=engine.stats.cached,
         fallbacks=tuple(engine.stats.fallbacks),
     )
-
-
-def _scalar_sources(analysis: Analysis) -> FrozenSet[int]:
-    """The nodes whose values the checks of :func:`_check_pending_scalars` read."""
-    nodes = analysis.graph.nodes
-    return frozenset(
-        nodes[node].inputs[leaf].source
-        for node, leaves in analysis.pending_scalars.items()
-        for leaf in leaves
-        if nodes[node].inputs[leaf].kind is InputKind.NODE
-    )
-
-
-def _check_pending_scalars(
-    analysis: Analysis, fold_plan: FoldPlan, values: Values, failures: Mapping[int, str]
-) -> Dict[int, str]:
-    """The folded calls stock would not fold once their pending scalar operands have values."""
-    found: Dict[int, str] = {}
-    nodes = analysis.graph.nodes
-    for decision in fold_plan.folded:
-        leaves = analysis.pending_scalars.get(decision.node)
-        if not leaves or decision.node in failures or decision.node not in values:
-            continue
-        node = nodes[decision.node]
-        scalars = {
-            leaf: values[node.inputs[leaf].source][0].numpy()  # type: ignore[attr-defined]
-            for leaf in leaves
-            if node.inputs[leaf].kind is InputKind.NODE and node.inputs[leaf].source in values
-        }
-        why = stock_legalization_error(analysis.translation.sites[decision.node], scalars)
-        if why is not None:
-            found[decision.node] = why
-    return found
-
-
-def _rewrite_module(
-    mod: tvm.IRModule, translation: Translation, fold_plan: FoldPlan, values: Values
-) -> tvm.IRModule:
-    # keyed by the variable's handle: a dict of Relax variables compares them with a slow ``==``
-    replacements: Dict[str, Dict[int, relax.Expr]] = {name: {} for name in translation.functions}
-    released: Dict[str, Set[int]] = {name: set() for name in translation.functions}
-    unneeded = releasable(fold_plan, translation.escaping)
-    for decision in fold_plan.folded:
-        site = translation.sites[decision.node]
-        if decision.node not in values:
-            if decision.node not in unneeded:
-                raise PlanInvariantError(
-                    f"fold_guard has no value for the folded call {site.var} although the "
-                    "rewrite needs it; please report it"
-                )
-            released[site.function].add(_compat.handle(site.var))
-            continue
-        outputs = [
-            v if isinstance(v, relax.ShapeExpr) else _compat.make_constant(v)
-            for v in values[decision.node]
-        ]
-        is_tuple = isinstance(_compat.type_of(site.call), _compat.TupleType)
-        replacements[site.function][_compat.handle(site.var)] = (
-            relax.Tuple(outputs) if is_tuple else outputs[0]
-        )
-    functions = dict(mod.functions)
-    for name, (gvar, func) in translation.functions.items():
-        functions[gvar] = rewrite_function(mod, func, replacements[name], released[name])
-    return tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
 
 #: Stock ``relax.transform.FoldConstant`` is a function pass at opt_level 0.

@@ -1,5 +1,6 @@
-"""What the walk reads of one Relax binding: its checks, its tensor types, its attributes.
+"""What the adapter reads of a Relax module and its bindings: checks, tensor types, attributes.
 
+:func:`check_relax_module` is every entry point's first check (an IRModule of Relax functions).
 Small readers ``_walk`` uses for every call binding: the preconditions a binding must meet
 (well-formed annotations, a normalized body, a ``call_tir`` of one of the module's PrimFuncs),
 the :class:`~fold_guard._core.graph.TensorInfo` of a type (remembered per type object, see
@@ -14,6 +15,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 import tvm
 from tvm import relax
 
+from .._adapter import check_module
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import TensorInfo
 from .._core.reasons import Reason
@@ -27,10 +29,22 @@ __all__ = [
     "check_annotation",
     "check_call_tir",
     "check_normalized",
+    "check_relax_module",
     "output_infos",
     "read_attrs",
     "tensor_info",
 ]
+
+
+def check_relax_module(mod: object) -> None:
+    """Refuse anything but an IRModule of Relax functions, PrimFuncs and externs."""
+    check_module(
+        mod,
+        "fold_guard.relax",
+        (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc),
+        not_module_hint="wrap a Relax function with tvm.IRModule({'main': func})",
+        other_ir_hint=" (a Relay module? this release folds Relax only)",
+    )
 
 
 def check_annotation(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:

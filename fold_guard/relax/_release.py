@@ -10,18 +10,17 @@ released constant is still in the module, of its own dtype).
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, Hashable, List, Set, Tuple
 
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .._core.errors import PreconditionError
-from .._partition import Partitioned, folding_skipped
+from .._partition import ConstantsView, Partitioned, partition_released
 from .._serial import serialized
 from . import _compat
 from ._ops import FOLD_BARRIER_OP
-from ._pass import _check_module as check_relax_module
+from ._read import check_relax_module
 from ._stock import LIFT_STOP_OP
 
 __all__ = ["ReleaseBarriers", "partition", "release_barriers"]
@@ -205,19 +204,12 @@ def partition(mod: tvm.IRModule, partition_fn: PartitionFn) -> Partitioned[tvm.I
     """
     check_relax_module(mod)
     released, operands = _release(mod)
-    constants = [op for op in operands if _compat.is_constant(op)]
-    with folding_skipped() as skipped:
-        result = partition_fn(released)
-    _check_constants_kept(result, constants)
-    return Partitioned(result, len(operands), len(constants), tuple(skipped))
+    return partition_released(released, operands, partition_fn, _CONSTANTS)
 
 
-def _check_constants_kept(mod: tvm.IRModule, constants: List[relax.Expr]) -> None:
-    """Each released constant's array is still held by a constant of the result (so its dtype
-    too). Arrays, not nodes: a partitioner may copy a constant node into a composite."""
-    if not constants:
-        return
-    present = set()
+def _constant_arrays(mod: tvm.IRModule) -> Set[Hashable]:
+    """The arrays every constant of ``mod``'s Relax functions holds (by handle)."""
+    present: Set[Hashable] = set()
 
     def visit(expr: relax.Expr) -> None:
         if _compat.is_constant(expr):
@@ -226,14 +218,15 @@ def _check_constants_kept(mod: tvm.IRModule, constants: List[relax.Expr]) -> Non
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
-    missing = [c for c in constants if _compat.handle(_compat.constant_array(c)) not in present]
-    if missing:
-        first = missing[0]
-        raise PreconditionError(
-            f"partition: {len(missing)} of {len(constants)} released constants are gone from "
-            f"the partitioned module (the first: {_compat.dtype_of(_compat.type_of(first))}"
-            f"{list(_compat.constant_array(first).shape)}); the partition function folded them, "
-            "probably in a PassContext of its own, where fold_guard cannot skip its FoldConstant; "
-            "hint: run its folding steps before annotate's barriers are released, and pass "
-            "partition only its partitioning steps"
-        )
+    return present
+
+
+#: Arrays, not nodes: a partitioner may copy a constant node into a composite.
+_CONSTANTS: ConstantsView[tvm.IRModule, relax.Expr] = ConstantsView(
+    is_constant=_compat.is_constant,
+    key=lambda c: _compat.handle(_compat.constant_array(c)),
+    keys_in=_constant_arrays,
+    describe=lambda c: (
+        f"{_compat.dtype_of(_compat.type_of(c))}{list(_compat.constant_array(c).shape)}"
+    ),
+)

@@ -6,7 +6,7 @@ values; evaluation (``_engine``) consumes them. This module imports nothing of f
 ``_compat``, so both sides depend on it and never on each other.
 
 * :class:`CallSite`: where a call is and what it reads (its tensor leaves, their constants).
-* :class:`PlanningFacts`: the three facts only legalization knows, frozen; legalization makes
+* :class:`PlanningFacts`: the facts only legalization knows, frozen; legalization makes
   them on every run, so no cache can change a plan.
 * :class:`KernelSpec`: the legalized PrimFunc that computes a call, and how its buffers map to
   the call's leaves.
@@ -106,9 +106,11 @@ class PlanningFacts:
     ``unsupported``: calls with no kernel at all, and why. ``not_stock_foldable``: calls
     fold_guard could evaluate but the stock pass would not fold, and why. ``unread_zero_size``:
     a call's zero-size run-time leaves that its kernel does not read (as in stock, they do not
-    stop it folding).
+    stop it folding). ``unwritten``: calls whose kernel may leave part of its output unwritten
+    (``fold_guard._unwritten``), and why.
     """
 
     unsupported: Mapping[int, str] = field(default_factory=dict)
     not_stock_foldable: Mapping[int, str] = field(default_factory=dict)
     unread_zero_size: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
+    unwritten: Mapping[int, str] = field(default_factory=dict)

@@ -14,7 +14,13 @@ else. On a TVM upgrade, re-check this module against the new ``fold_constant.cc`
 * **scalar legalization**: stock legalizes the call as it stands, so scalar constant operands reach
   the legalizer as constants; some legalizers (``astype``) then return a constant instead of a
   TIR call, which stock does not fold. Whether that happens is decided by legalizing once with
-  the scalars as constants (:func:`needs_scalar_decision`);
+  the scalars as constants (:func:`needs_scalar_decision`), once per distinct value where the
+  value itself matters (:func:`scalar_value_key`: ``divide`` by a literal zero raises);
+* **scalars compiled in**: the legalizers write a 0-d constant operand into the kernel as an
+  immediate, and TVM's constant folder (``x + 0 -> x``, ``x * 1 -> x``, ``x * 0 -> 0``) and LLVM
+  (``pow(x, 0.5) -> sqrt(x)``, ``x * -1 -> -x``, NaN and infinity operands folded) then compile
+  some values in ways a kernel reading the value from memory does not: stock's bits for such a
+  call depend on the value (:func:`value_shapes_kernel`);
 * **rewrite**: a folded binding becomes ``v = constant``; every use of a variable bound to a
   constant becomes the constant; operator calls (not ``call_tir``, not large creations) get
   variables bound to a ``ShapeExpr`` substituted into their arguments
@@ -37,8 +43,10 @@ rules that decide whether a call on the parameter path is lifted (:func:`lift_ru
 
 from __future__ import annotations
 
-from typing import FrozenSet, Optional, Sequence, Tuple
+import math
+from typing import FrozenSet, Hashable, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -57,7 +65,9 @@ __all__ = [
     "lift_rule",
     "needs_scalar_decision",
     "not_legalized_rule",
+    "scalar_value_key",
     "substitutes_shape_arguments",
+    "value_shapes_kernel",
     "weight_dims",
     "weight_parameter_start",
 ]
@@ -131,6 +141,84 @@ def needs_scalar_decision(leaf_shapes: Sequence[Optional[Tuple[Optional[int], ..
     return any(len(shape or ()) == 0 for shape in leaf_shapes)
 
 
+#: Ops whose legalized kernel is built around a 0-d operand's value, whatever the value: a
+#: math-library call LLVM rewrites by its constant argument (``pow(x, 2) -> x * x``,
+#: ``pow(2, x) -> exp2(x)``; ``atan2``, ``log_add_exp``, a float ``mod`` / ``floor_mod``), or a
+#: creation that turns the value into a Python number (``full``, ``eye``).
+VALUE_SPECIALIZED_OPS = frozenset(
+    {
+        "relax.power",
+        "relax.atan2",
+        "relax.log_add_exp",
+        "relax.mod",
+        "relax.floor_mod",
+        "relax.full",
+        "relax.full_like",
+        "relax.eye",
+        "relax.eye_like",
+    }
+)
+#: The float values TVM's constant folder or LLVM's instruction combiner rewrite an operation
+#: by when they are an operand: 0 (``x + 0 -> x``, ``x * 0 -> 0``, ``0 / x -> 0``), 1 and -1
+#: (``x * 1 -> x``, ``x * -1 -> -x``, which flips a NaN's sign), and the non-finite ones (folded
+#: to a constant NaN, whose payload is LLVM's, not the CPU's).
+_SPECIAL_FLOATS = (0.0, 1.0, -1.0)
+
+
+def value_shapes_kernel(
+    op_name: str, dtype: str, value: np.ndarray, *, float_arithmetic: bool = False
+) -> bool:
+    """Whether stock's kernel, with this 0-d operand compiled in as an immediate, may compute
+    other bits than the same kernel reading it from memory.
+
+    Any other value, in any op, cannot: an IEEE operation on the same operands gives the same
+    bits whether an operand was loaded or immediate, TVM's constant folder tests only for 0 and
+    1, and LLVM without fast-math rewrites an operation by a constant only where the result is
+    the same (a division by a power of two becomes an exact multiplication). Integer immediates
+    are rewritten only where the integer result is the same (or undefined: a division by zero);
+    an integer operand that enters float arithmetic (``float_arithmetic``: the zero point of a
+    quantize to a float dtype) counts as a float.
+
+    >>> value_shapes_kernel("relax.multiply", "float32", np.float32(0.5))
+    False
+    >>> value_shapes_kernel("relax.add", "float32", np.float32(-0.0))
+    True
+    >>> value_shapes_kernel("relax.power", "float32", np.float32(3.0))
+    True
+    """
+    if op_name in VALUE_SPECIALIZED_OPS:
+        return True
+    if not (dtype.startswith(("float", "bfloat")) or float_arithmetic):
+        return False
+    number = float(np.asarray(value).astype("float64"))
+    return not math.isfinite(number) or number in _SPECIAL_FLOATS
+
+
+def scalar_value_key(
+    call: relax.Call, leaves: Sequence[Optional[np.ndarray]], dtypes: Sequence[str]
+) -> Tuple[Hashable, ...]:
+    """What of a call's 0-d operand values (None where not 0-d or not known) can change stock's
+    legalization or kernel: per operand, its bytes where :func:`value_shapes_kernel`, else None.
+
+    Calls with equal keys legalize and compile alike in stock; one decision serves them all.
+    """
+    op_name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
+    key = []
+    for index, (value, dtype) in enumerate(zip(leaves, dtypes)):
+        special = value is not None and value_shapes_kernel(
+            op_name, dtype, value, float_arithmetic=_float_zero_point(call, index)
+        )
+        key.append((dtype, np.asarray(value).tobytes()) if special else None)
+    return tuple(key)
+
+
+def _float_zero_point(call: relax.Call, index: int) -> bool:
+    """The zero point of a quantize to a float dtype: added to the scaled value in float."""
+    if index != 2 or not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.quantize":
+        return False
+    return str(call.attrs.out_dtype).startswith(("float", "bfloat"))
+
+
 def legalized_call_tir(func: relax.Function) -> Tuple[Optional[relax.Call], str]:
     """The single ``call_tir`` ``func`` (one legalized call) consists of, or None and why not.
 
@@ -176,16 +264,16 @@ RULE_LIFT_SYMBOLIC = (
 )
 
 
-def weight_parameter_start(name: str, func: relax.Function) -> Optional[int]:
-    """Index of ``func``'s first weight parameter for stock LiftTransformParams, or None.
+def weight_parameter_start(name: str, attrs: Optional[Mapping[str, object]]) -> Optional[int]:
+    """Index of the first weight parameter of function ``name`` (with ``attrs``) for stock
+    LiftTransformParams, or None.
 
     The pass lifts in functions with a ``num_input`` attribute, except its own results (a name
     ending in ``transform_params``); parameters from ``num_input`` on are the weights.
     """
-    attrs = func.attrs
     if attrs is None or "num_input" not in attrs or name.endswith("transform_params"):
         return None
-    return int(attrs["num_input"])
+    return int(attrs["num_input"])  # type: ignore[call-overload]
 
 
 def lift_rule(*, op_name: str, in_dataflow: bool, ty: object, weight_dims: FrozenSet[int]) -> str:

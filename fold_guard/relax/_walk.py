@@ -178,6 +178,8 @@ def _node(
     unfoldable, detail = facts.unfoldable, facts.unfoldable_detail
     if unfoldable is None and node_id in legalized.unsupported:
         unfoldable, detail = Reason.UNSUPPORTED, legalized.unsupported[node_id]
+    if unfoldable is None and node_id in legalized.unwritten:
+        unfoldable, detail = Reason.UNWRITTEN_MEMORY, legalized.unwritten[node_id]
     inputs = facts.inputs
     unread = legalized.unread_zero_size.get(node_id, ())
     if unread:
@@ -216,7 +218,7 @@ def _node(
 def walk_relax(mod: tvm.IRModule) -> Walk:
     """Walk every Relax function of ``mod`` and describe each call binding.
 
-    ``mod`` is an IRModule the pass has already checked (``_pass._check_module``).
+    ``mod`` is an IRModule the pass has already checked (``_read.check_relax_module``).
     """
     walk = Walk([], [], {})
     for gvar, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
@@ -235,7 +237,7 @@ def _walk_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Walk
             "hint: run relax.transform.Normalize() first"
         )
     params = func.params[:]
-    start = weight_parameter_start(name, func)
+    start = weight_parameter_start(name, func.attrs)
     env: Scope = {
         _compat.handle(param): WEIGHT if start is not None and index >= start else OPAQUE
         for index, param in enumerate(params)

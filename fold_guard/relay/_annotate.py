@@ -16,8 +16,9 @@ from .._core.planner import plan_folds
 from .._core.registry import PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
+from ._module import module_like
 from ._ops import fold_allow, fold_barrier
-from ._pass import Analysis, analyse, fold, module_like
+from ._pass import Analysis, analyse, fold
 from ._rewrite import substitute_calls
 
 __all__ = ["allow_constant_qnn", "annotate"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relay
 
-from .._adapter import check_module, fold_constant_pass
+from .._adapter import fold_constant_pass
 from .._core.driver import evaluate_until_stable
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
@@ -21,52 +21,13 @@ from .._pass_context import isolated_pass_context
 from .._serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
 from ._ledger import attach_ledger
+from ._module import check_relay_module, detached_copy, module_like
 from ._read import foldable_functions, function_names, postorder
-from ._rewrite import remap_global_vars, rewrite_function
+from ._rewrite import rewrite_function
 from ._stock import is_true
 from ._walk import Translation, walk_relay
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
-
-
-def _check_module(mod: object) -> tvm.IRModule:
-    check_module(
-        mod,
-        "fold_guard.relay",
-        (relay.Function, tvm.tir.PrimFunc),
-        not_module_hint="tvm.IRModule.from_expr(func) wraps a Relay function, and "
-        "fold_guard.relay.fold_function folds one function directly",
-        other_ir_hint="; hint: Relax modules go to fold_guard.relax",
-    )
-    return mod
-
-
-def _detached_copy(mod: tvm.IRModule) -> tvm.IRModule:
-    """The same functions under fresh GlobalVars, so that type inference cannot reach ``mod``.
-
-    Relay's ``InferType`` refreshes the cached type of every function reachable through the
-    module's GlobalVars in place (stock passes change their input's cached types this way). With
-    fresh GlobalVars and new function objects it builds new typed nodes and leaves the caller's
-    module exactly as it was; constants are shared, not copied.
-    """
-    fresh = {gvar: relay.GlobalVar(gvar.name_hint) for gvar in mod.get_global_vars()}
-    functions = {}
-    for gvar, func in mod.functions.items():
-        functions[fresh[gvar]] = (
-            remap_global_vars(func, fresh) if isinstance(func, relay.Function) else func
-        )
-    return module_like(mod, functions)
-
-
-def module_like(
-    mod: tvm.IRModule, functions: Mapping[relay.GlobalVar, tvm.ir.BaseFunc]
-) -> tvm.IRModule:
-    """A module of ``functions`` with ``mod``'s type definitions and attributes."""
-    new_mod = tvm.IRModule(dict(functions), mod.type_definitions)
-    if mod.attrs is not None:
-        for key in mod.attrs.keys():
-            new_mod = new_mod.with_attr(key, mod.attrs[key])
-    return new_mod
 
 
 def _infer_types(mod: tvm.IRModule, what: str, *, visible: bool) -> tvm.IRModule:
@@ -125,7 +86,7 @@ def _diagnostics_renderer(render: Callable[[object], None]) -> Iterator[None]:
 class Analysis:
     """The module read for folding: its translation (the walk), the graph the planner decides on, the policy.
 
-    ``mod`` is the typed copy of the input (Relay types a detached copy, see ``_detached_copy``);
+    ``mod`` is the typed copy of the input (Relay types a detached copy, see ``_module.detached_copy``);
     ``selected`` (Relay only) are the functions chosen to fold, which a second walk reads again.
     """
 
@@ -141,7 +102,7 @@ def analyse(
 ) -> Analysis:
     """Check and type a copy of ``mod``, then walk the functions to fold."""
     policy = resolve_policy(policy_spec)
-    typed = _infer_types(_detached_copy(_check_module(mod)), "the input module", visible=False)
+    typed = _infer_types(detached_copy(check_relay_module(mod)), "the input module", visible=False)
     # Step 1. Describe every op call of the functions to fold, as stock folding sees it.
     selected = foldable_functions(typed, functions)
     translation = walk_relay(typed, selected)

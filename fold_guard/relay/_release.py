@@ -10,17 +10,15 @@ nothing folds afterwards (``partition_for_ethosn`` runs ``FoldConstant(fold_qnn=
 
 from __future__ import annotations
 
-from typing import Callable, List, Tuple
+from typing import Callable, Hashable, List, Set, Tuple
 
 import tvm
 from tvm import relay
 
-from .._core.errors import PreconditionError
-from .._partition import Partitioned, folding_skipped
+from .._partition import ConstantsView, Partitioned, partition_released
 from .._serial import serialized
+from ._module import check_relay_module, detached_copy, module_like
 from ._ops import FOLD_BARRIER_OP
-from ._pass import _check_module as check_relay_module
-from ._pass import _detached_copy, module_like
 
 __all__ = ["ReleaseBarriers", "partition", "release_barriers"]
 
@@ -44,7 +42,7 @@ class _Releaser(relay.ExprMutator):
 
 def _release(mod: tvm.IRModule) -> Tuple[tvm.IRModule, List[relay.Expr]]:
     releaser = _Releaser()
-    mod = _detached_copy(mod)  # InferType below must not refresh the caller's cached types
+    mod = detached_copy(mod)  # InferType below must not refresh the caller's cached types
     functions = {
         gvar: releaser.visit(func) if isinstance(func, relay.Function) else func
         for gvar, func in mod.functions.items()
@@ -149,19 +147,17 @@ def partition(mod: tvm.IRModule, partition_fn: PartitionFn) -> Partitioned[tvm.I
     'npu.qdense'
     """
     released, operands = _release(check_relay_module(mod))
-    constants = [op for op in operands if isinstance(op, relay.Constant)]
-    with folding_skipped() as skipped:
-        result = partition_fn(released)
-    _check_constants_kept(result, constants)
-    return Partitioned(result, len(operands), len(constants), tuple(skipped))
+    return partition_released(released, operands, partition_fn, _CONSTANTS)
 
 
-def _check_constants_kept(mod: tvm.IRModule, constants: List[relay.Constant]) -> None:
-    """Each released constant's array is still held by a constant of the result (so its dtype
-    too). Arrays, not nodes: ``MergeComposite`` copies a constant node into the composite."""
-    if not constants:
-        return
-    present = set()
+def _buffer_address(const: relay.Constant) -> int:
+    """The address of the array's data: the same for every node that holds this array."""
+    return int(const.data.handle.contents.data or 0)
+
+
+def _constant_addresses(mod: tvm.IRModule) -> Set[Hashable]:
+    """The data addresses of every constant in ``mod``'s Relay functions."""
+    present: Set[Hashable] = set()
 
     def visit(expr: relay.Expr) -> None:
         if isinstance(expr, relay.Constant):
@@ -170,18 +166,13 @@ def _check_constants_kept(mod: tvm.IRModule, constants: List[relay.Constant]) ->
     for func in mod.functions.values():
         if isinstance(func, relay.Function):
             relay.analysis.post_order_visit(func, visit)
-    missing = [c for c in constants if _buffer_address(c) not in present]
-    if missing:
-        first = missing[0]
-        raise PreconditionError(
-            f"partition: {len(missing)} of {len(constants)} released constants are gone from "
-            f"the partitioned module (the first: {first.data.dtype}{list(first.data.shape)}); "
-            "the partition function folded them, probably in a PassContext of its own, where "
-            "fold_guard cannot skip its FoldConstant; hint: run its folding steps before "
-            "annotate's barriers are released, and pass partition only its partitioning steps"
-        )
+    return present
 
 
-def _buffer_address(const: relay.Constant) -> int:
-    """The address of the array's data: the same for every node that holds this array."""
-    return int(const.data.handle.contents.data or 0)
+#: Arrays, not nodes: ``MergeComposite`` copies a constant node into the composite.
+_CONSTANTS: ConstantsView[tvm.IRModule, relay.Expr] = ConstantsView(
+    is_constant=lambda expr: isinstance(expr, relay.Constant),
+    key=_buffer_address,
+    keys_in=_constant_addresses,
+    describe=lambda c: f"{c.data.dtype}{list(c.data.shape)}",
+)

@@ -55,9 +55,10 @@ def _rebuild(
 ) -> relay.Expr:
     """Stock's rewrites of ``expr`` (operands already rebuilt in ``new``), else a plain rebuild."""
     if isinstance(expr, relay.Var):
-        bound = let_value.get(expr)
-        if bound is not None and _is_simple_constant(new[bound]):
-            return new[bound]  # stock inlines a let-bound constant, with its on_device
+        # None inside the bound value itself: a recursive function calls its own variable
+        bound = new.get(let_value[expr]) if expr in let_value else None
+        if bound is not None and _is_simple_constant(bound):
+            return bound  # stock inlines a let-bound constant, with its on_device
         return expr
     if isinstance(expr, relay.Call):
         node = node_of_call.get(expr)

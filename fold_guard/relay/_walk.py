@@ -63,6 +63,7 @@ from ._stock import (
     static_shape_value,
     stock_rules,
 )
+from ._zero_size import reads_memory_nobody_wrote
 
 __all__ = [
     "CallSite",
@@ -190,10 +191,12 @@ class _Walker:
             bound = self.let_value.get(expr)
             if bound is None:
                 return self.sources.get(expr, RuntimeSource(expr.name_hint))
-            # The bound value precedes the let body in post-order, so its source is known.
-            # Stock inlines a let-bound value only once it is a single constant: a let-bound tuple
-            # stays a variable, and so does anything read through it.
-            value = self.sources[bound]
+            # The bound value precedes the let body in post-order, so its source is known, except
+            # inside the value itself: a recursive function (ONNX Loop / Scan's ``%while_loop``)
+            # calls the variable it is bound to. Stock inlines a let-bound value only once it is
+            # a single constant: a let-bound tuple stays a variable, and so does anything read
+            # through it.
+            value = self.sources.get(bound)
             if isinstance(value, ConstSource) or (
                 isinstance(value, NodeSource) and self._is_tensor(value)
             ):
@@ -280,6 +283,9 @@ class _Walker:
                 kind = SiteKind.ALLOW
             elif annotation is Annotation.NONE:
                 unfoldable, detail, default_fold, default_rule = stock_rules(op, call, self.op_attr)
+                unwritten = "" if unfoldable else reads_memory_nobody_wrote(call)
+                if unwritten:
+                    unfoldable, detail = Reason.UNWRITTEN_MEMORY, unwritten
 
         outputs = tensor_infos(checked_type(call))
         node = FoldNode(

@@ -90,20 +90,40 @@ class QuantizedWeightLifted:
         return y
 
 
-def _hand_placed_barrier() -> tvm.IRModule:
-    """The tracker's example: a barrier placed by hand on an int8 weight parameter."""
+def _hand_placed_barrier(*, raw: bool = False) -> tvm.IRModule:
+    """The tracker's example: a barrier placed by hand on an int8 weight parameter.
+
+    With ``raw``, the barrier is a bare ``relax.Call`` of the op, not built by
+    ``fgr.fold_barrier`` (as in a module made elsewhere and loaded from JSON).
+    """
     x = relax.Var("x", relax.TensorType((1, 4), "float32"))
     w = relax.Var("w", relax.TensorType((4, 4), "int8"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x, w], attrs={"num_input": 1}):
         with bb.dataflow():
-            wb = bb.emit(fgr.fold_barrier(w))
+            barrier = (
+                relax.Call(tvm.ir.Op.get("relax.fold_barrier"), [w]) if raw else fgr.fold_barrier(w)
+            )
+            wb = bb.emit(barrier)
             wdq = bb.emit(
                 relax.op.dequantize(wb, relax.const(0.01), relax.const(0, "int8"), axis=1)
             )
             y = bb.emit_output(relax.op.matmul(x, wdq))
         bb.emit_func_output(y)
     return bb.get()
+
+
+@I.ir_module
+class HandPlacedScript:
+    @R.function
+    def main(x: R.Tensor((1, 4), "float32"), w: R.Tensor((4, 4), "int8")):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            wb = R.fold_barrier(w)  # over a weight parameter: parsed onto stop_lift_params
+            wdq = R.dequantize(wb, R.const(0.01), R.const(0, "int8"), axis=1, out_dtype="float32")
+            y = R.matmul(x, wdq)
+            R.output(y)
+        return y
 
 
 @I.ir_module
@@ -180,8 +200,39 @@ def test_stock_lifting_alone_hands_main_an_fp32_weight():
     assert [str(p.ty.dtype) for p in lifted["main"].params] == ["float32", "float32"]
 
 
-def test_a_hand_placed_barrier_on_a_weight_holds_once_annotated():
-    mod = _hand_placed_barrier()
+_LAZY = [
+    relax.transform.ToNonDataflow(),
+    relax.transform.RemovePurityChecking(),
+    relax.transform.LazyTransformParams(),
+]
+
+
+@pytest.mark.parametrize("built", ["builder", "tvmscript"])
+def test_a_hand_placed_barrier_on_a_weight_holds_through_lifting(built):
+    """fgr.fold_barrier(w) / R.fold_barrier(w) on a weight parameter stands on stop_lift_params,
+    as annotate writes it, so LiftTransformParams and LazyTransformParams keep it in main."""
+    mod = _hand_placed_barrier() if built == "builder" else HandPlacedScript
+    assert _op_names(mod["main"]) == [
+        "relax.builtin.stop_lift_params",
+        "relax.fold_barrier",
+        "relax.dequantize",
+        "relax.matmul",
+    ]
+    lifted = relax.transform.LiftTransformParams()(mod)
+    tvm.ir.assert_structural_equal(lifted, HandPlacedLifted)
+    lazy = tvm.ir.transform.Sequential(_LAZY)(lifted)
+    assert _op_names(lazy["main"]) == ["relax.fold_barrier", "relax.dequantize", "relax.matmul"]
+    assert [str(p.ty.dtype) for p in lazy["main"].params] == ["float32", "int8"]
+    # Nothing left for annotate to carry: the stop is there already.
+    assert fgr.annotate(mod, policy="default").placed == ()
+    # A lifting's result prints and parses back as it is (no stop is added to its main).
+    tvm.ir.assert_structural_equal(tvm.script.from_source(lifted.script()), lifted)
+
+
+def test_a_barrier_the_builders_did_not_make_holds_once_annotated():
+    """A bare relax.Call of the op (a module built elsewhere) has no stop: stock lifting takes
+    the barrier along, and annotate puts the stop under it."""
+    mod = _hand_placed_barrier(raw=True)
     stock = relax.transform.LiftTransformParams()(mod)
     assert _op_names(stock["main"]) == ["relax.matmul"]  # the barrier alone is lifted away
     annotated = fgr.annotate(mod, policy="default")
@@ -196,6 +247,17 @@ def test_a_hand_placed_barrier_on_a_weight_holds_once_annotated():
     again = fgr.annotate(annotated.mod, policy="default")
     assert again.placed == ()
     tvm.ir.assert_structural_equal(again.mod, annotated.mod)
+
+
+def test_a_hand_placed_barrier_on_a_weight_runs_bit_for_bit_lifted_or_not():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 4)).astype("float32")
+    w = rng.integers(-128, 128, (4, 4), dtype="int8")
+    mod = _hand_placed_barrier()
+    expected = _build(mod)["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy()
+    lifted, (q,) = _run_lifted(relax.transform.LiftTransformParams()(mod), [x], [w])
+    assert q.dtype == np.int8
+    np.testing.assert_array_equal(lifted, expected)
 
 
 def test_without_a_decision_to_carry_the_stock_lifting_is_unchanged():
@@ -374,13 +436,7 @@ def test_lazy_transform_params_keeps_the_decision():
     mod, weights = _import_with_parameters(model)
     lifted = relax.transform.LiftTransformParams()(fgr.annotate(mod, policy=KEEP).mod)
     # The order LazyTransformParams' docstring asks for (after them, it frees what it loaded).
-    lazy = tvm.ir.transform.Sequential(
-        [
-            relax.transform.ToNonDataflow(),
-            relax.transform.RemovePurityChecking(),
-            relax.transform.LazyTransformParams(),
-        ]
-    )(lifted)
+    lazy = tvm.ir.transform.Sequential(_LAZY)(lifted)
     assert _op_names(lazy["main"]) == _op_names(lifted["main"])
     assert _op_names(lazy["main"]).count("relax.fold_barrier") == 10
 

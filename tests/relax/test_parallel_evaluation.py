@@ -166,7 +166,7 @@ def test_calls_after_two_that_cannot_allocate_still_run(monkeypatch) -> None:
     after them, runs on the pool as usual: everything folds to stock's bits.
     """
     mod = calls_module(_qdq_calls(5))
-    real_allocate = fast.allocate
+    real_allocate = fast._empty
     allocations = []
 
     def allocate(outputs):
@@ -175,7 +175,7 @@ def test_calls_after_two_that_cannot_allocate_still_run(monkeypatch) -> None:
             raise MemoryError("no room for this output")
         return real_allocate(outputs)
 
-    monkeypatch.setattr(fast, "allocate", allocate)
+    monkeypatch.setattr(fast, "_empty", allocate)
     result = _fold_with(monkeypatch, mod, 2)
     assert all(d.reason is Reason.FOLDED for d in result.plan.decisions)
     assert [line.split(": ", 1)[1] for line in result.report.fallbacks] == [

@@ -45,11 +45,12 @@ def test_divide_by_a_scalar_folded_before_folds_like_stock(reference: bool) -> N
     assert [d.reason for d in result.plan.decisions] == [fold_guard.Reason.FOLDED] * 2
 
 
-def test_divide_by_a_scalar_folded_to_zero_is_kept_where_stock_raises() -> None:
+@pytest.mark.parametrize("reference", [False, True])
+def test_divide_by_a_scalar_folded_to_zero_is_kept_where_stock_raises(reference: bool) -> None:
     mod = _module(0.0)
     with pytest.raises(Exception, match="Divide by zero"):
         relax.transform.FoldConstant()(mod)
-    result = fgr.fold(mod)
+    result = fgr.fold(mod, reference_engine=reference)
     divide = result.plan.decisions[1]
     assert divide.reason is fold_guard.Reason.EVAL_FAILED, result.plan.explain()
     assert "Divide by zero" in divide.detail and "stock raises" in divide.detail

@@ -9,10 +9,11 @@ resolved once per run by ``fold_guard.relax._config``.
 
 Two engines answer the interface:
 
-* ``reference``: serial, one ordinary ``tvm.tirx.build`` per distinct kernel of each call's own
-  static legalization, no cache, no host copies, no threads. Short enough to check against the
-  stock pass by eye; the oracle the tests compare the fast engine with, bit for bit, and the
-  switch to flip (``reference_engine=True``) when a TVM or LLVM upgrade breaks a trick.
+* ``reference``: serial, each call legalized on its operands as constants and built as the stock
+  pass builds it, no cache, no host copies, no threads, no helper shared with ``fast``. Short
+  enough to check against the stock pass by eye; the oracle the tests compare the fast engine
+  with, bit for bit, and the switch to flip (``reference_engine=True``) when a TVM or LLVM
+  upgrade breaks a trick.
 * ``fast``: kernels shared per op signature, built in one batch (``-O0`` where exact), cached on
   disk, data movement copied by NumPy, a level's large calls on threads. Each mechanism can be
   switched off here, and a fault in any of them reruns that call on the reference engine.
@@ -46,10 +47,9 @@ def make_engine(
     graph: FoldGraph,
     sites: Sequence[CallSite],
     kernels: Mapping[int, KernelSpec],
-    escaping: frozenset,
 ) -> Engine:
     """The engine ``options`` ask for, over one translated module."""
     reference = ReferenceEngine(mod, graph, sites)
     if options.reference:
         return reference
-    return FastEngine(options, graph, sites, kernels, escaping, reference)
+    return FastEngine(options, graph, sites, kernels, reference)

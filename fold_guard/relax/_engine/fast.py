@@ -11,6 +11,11 @@ fallback is counted in ``stats.fallbacks`` and logged at INFO. Only a call the r
 cannot compute either (its kernel fails, as stock's would) becomes "evaluation failed". The one
 deliberate exception is a copy whose result the stock kernel leaves undefined
 (``host.UndefinedResultError``): that call is kept, as documented, instead of folding garbage.
+A call whose stock kernel is built around one of its 0-d operands' values (``strategy``'s
+``STOCK`` way) is computed by the reference engine too, by design: not a fallback.
+
+This engine assembles its operands, allocates its outputs and records its failures itself: it
+shares no helper with the reference engine it is compared with.
 """
 
 from __future__ import annotations
@@ -20,18 +25,21 @@ from contextlib import nullcontext
 from functools import partial
 from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ..._core.driver import pending_levels, releasable
-from ..._core.graph import FoldGraph, FoldNode
-from ..._core.planner import FoldPlan
+import tvm
+
+from ..._core.driver import pending_levels
+from ..._core.graph import FoldGraph, FoldNode, InputKind, TensorInfo
+from ..._core.planner import FoldPlan, evaluation_error
+from .. import _compat
 from .._sites import CallSite, KernelSpec
 from .cache import KernelCache
 from .host import UndefinedResultError, run_host
 from .interface import EngineOptions, EngineStats, Values
 from .library import KernelLibrary
 from .opt_level import OPTIMIZED_TARGET
-from .reference import ReferenceEngine, allocate, leaf_values, record_failure
+from .reference import ReferenceEngine
 from .run import Call, Outcome, Pool, drop_unneeded, run_level, spent
-from .strategy import Strategy, Way, choose_strategies
+from .strategy import Strategy, Way, choose_strategies, needs_stock_kernel
 
 __all__ = ["FastEngine"]
 
@@ -47,14 +55,12 @@ class FastEngine:
         graph: FoldGraph,
         sites: Sequence[CallSite],
         kernels: Mapping[int, KernelSpec],
-        escaping: frozenset,
         reference: ReferenceEngine,
     ) -> None:
         self._options = options
         self._graph = graph
         self._sites = sites
         self._kernels = kernels
-        self._escaping = escaping
         self._reference = reference
         self.stats = EngineStats()
         cache = (
@@ -77,9 +83,15 @@ class FastEngine:
             if strategy.way is Way.KERNEL and strategy.kernel is not None
         )
 
-    def evaluate(self, plan: FoldPlan, values: Values, *, strict: bool) -> Dict[int, str]:
+    def evaluate(
+        self,
+        plan: FoldPlan,
+        values: Values,
+        *,
+        strict: bool,
+        release: Mapping[int, Sequence[int]],
+    ) -> Dict[int, str]:
         failures: Dict[int, str] = {}
-        release = releasable(plan, self._escaping)
         threads = self._options.threads
         pool: ContextManager[Optional[Pool]] = (
             Pool(threads, warm_up=self._options.pool_warm_up) if threads > 1 else nullcontext()
@@ -128,13 +140,15 @@ class FastEngine:
     ) -> Optional[List[object]]:
         """``node`` computed by the reference engine after ``fault``; None if it fails there too."""
         if isinstance(fault, UndefinedResultError):
-            record_failure(node, fault, failures, strict)
+            _fail(node, fault, failures, strict)
             return None
         try:
             outputs = self._reference.compute(node, values)
         except Exception as err:  # noqa: BLE001 - the call fails as stock's would: recorded
-            record_failure(node, err, failures, strict)
+            _fail(node, err, failures, strict)
             return None
+        if isinstance(fault, _StockKernel):
+            return outputs
         note = f"{node.label} = {node.op}: {type(fault).__name__}: {fault}".splitlines()[0]
         self.stats.fallbacks.append(note)
         logger.info("fold_guard: reran %s on the reference engine", note)
@@ -146,17 +160,21 @@ class FastEngine:
         strategy = self._strategies.get(node.id)
         if strategy is None:
             raise LookupError(f"no strategy for {node.label} = {node.op}")
-        leaves = leaf_values(site, self._graph, values)
+        leaves = self._operands(node, site, values)
         if strategy.way in (Way.OPERAND, Way.SHAPE):
             outputs = self._reference.compute(node, values)  # no kernel: nothing to speed up
             return Call(node, lambda: [lambda: outputs])
+        if strategy.way is Way.STOCK or (
+            strategy.scalars_checked and needs_stock_kernel(site, leaves)
+        ):
+            raise _StockKernel(f"{node.label} = {node.op}: a 0-d operand is compiled in")
         nbytes = sum(info.nbytes or 0 for info in node.outputs)
         if strategy.way is Way.HOST_COPY:
             host, striped = strategy.host, self._options.striped_transposes
             assert host is not None, "a host-copy strategy names its copy"
 
             def start_copy() -> List[Any]:
-                (out,) = allocate(node.outputs[:1])
+                (out,) = _empty(node.outputs[:1])
                 return [lambda: [run_host(host, leaves, out, striped=striped)]]
 
             return Call(node, start_copy, nbytes)
@@ -172,7 +190,7 @@ class FastEngine:
         blocks = strategy.blocks
 
         def start() -> List[Any]:
-            outputs = allocate(node.outputs)
+            outputs = _empty(node.outputs)
             if blocks is None:
                 return [partial(_run_kernel, function, args, outputs, outputs)]
             return [
@@ -181,6 +199,33 @@ class FastEngine:
             ]
 
         return Call(node, start, nbytes, len(blocks.bounds) if blocks is not None else 1)
+
+    def _operands(self, node: FoldNode, site: CallSite, values: Values) -> List[Any]:
+        """Per operand of ``site``: the tensor of its constant, else of the node it reads."""
+        return [
+            _compat.constant_array(constant)
+            if constant is not None
+            else values[inp.source][0]
+            if inp.kind is InputKind.NODE
+            else None
+            for constant, inp in zip(site.leaf_constants, node.inputs)
+        ]
+
+
+class _StockKernel(Exception):
+    """Raised for a call the reference engine computes by design (see ``Way.STOCK``)."""
+
+
+def _empty(outputs: Sequence[TensorInfo]) -> List[Any]:
+    """Uninitialised CPU tensors for ``outputs`` (static types: a folded call has them)."""
+    return [tvm.runtime.empty(out.shape, out.dtype, tvm.cpu(0)) for out in outputs]
+
+
+def _fail(node: FoldNode, err: BaseException, failures: Dict[int, str], strict: bool) -> None:
+    """Record why ``node`` could not be evaluated; with ``strict`` raise it, chained."""
+    text = failures[node.id] = str(f"{type(err).__name__}: {err}").split("\n", 1)[0]
+    if strict:
+        raise evaluation_error(node, text) from err
 
 
 def _run_kernel(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Protocol
+from typing import Dict, List, Mapping, Optional, Protocol, Sequence
 
 from ..._core.planner import FoldPlan
 
@@ -63,9 +63,19 @@ class Engine(Protocol):
     def prepare(self, plan: FoldPlan) -> None:
         """Build (or load) every kernel the folded calls of ``plan`` need."""
 
-    def evaluate(self, plan: FoldPlan, values: Values, *, strict: bool) -> Dict[int, str]:
+    def evaluate(
+        self,
+        plan: FoldPlan,
+        values: Values,
+        *,
+        strict: bool,
+        release: Mapping[int, Sequence[int]],
+    ) -> Dict[int, str]:
         """Fill ``values`` for the folded calls of ``plan`` that have none; return the failures.
 
         A failure is a call whose kernel fails as the stock pass's would (node id -> the error
         text); with ``strict`` the first one raises :class:`~fold_guard.FoldNotPossibleError`.
+        ``release`` (the driver's, decided once per plan: ``_core.driver.releasable``) names the
+        values the engine may drop once every listed consumer has its own; the rewrite is
+        handed the same mapping.
         """

@@ -7,12 +7,18 @@ way             when
 ==============  ===========================================================================
 ``OPERAND``     ``fold_allow``: its operand's value is its value
 ``SHAPE``       ``tensor_to_shape``: the shape values are read from the operand
+``STOCK``       an operator call with a 0-d constant operand whose value stock's kernel is
+                built around (``_stock.value_shapes_kernel``: ``pow(x, 0.5)``, ``x * 0``): the
+                reference engine computes it, with stock's kernel for that value
 ``HOST_COPY``   data movement NumPy copies bit for bit (``host``), if ``host_copies`` is on
 ``KERNEL``      everything else: the legalized kernel, built for ``target`` (``-O0`` where
                 ``opt_level`` proves it exact, if ``quick_builds`` is on; else stock's
                 ``-O3``), checked against ``guard`` just before it runs (a call that fails the
                 guard runs the ``-O3`` build); a large quantize / dequantize in ``row_blocks``
-                over the threads, if ``row_blocks`` is on
+                over the threads, if ``row_blocks`` is on; a shared kernel reads its 0-d
+                operands from memory, and where one is computed by an earlier fold its value
+                is checked just before the call (``scalars_checked``), the call going the
+                ``STOCK`` way where stock's kernel depends on it
 ==============  ===========================================================================
 
 Nothing here runs anything: the strategy of a call is data (:class:`Strategy`), and
@@ -29,13 +35,15 @@ import numpy as np
 
 from ..._core.graph import FoldGraph
 from ..._core.planner import FoldPlan
+from .. import _compat
 from .._sites import CallSite, KernelSpec, SiteKind
+from .._stock import scalar_value_key
 from .host import HostFunction, host_function
 from .interface import EngineOptions
 from .opt_level import OPTIMIZED_TARGET, ValueGuard, build_target
 from .row_blocks import RowBlocks, row_blocks
 
-__all__ = ["Strategy", "Way", "choose_strategies"]
+__all__ = ["Strategy", "Way", "choose_strategies", "needs_stock_kernel"]
 
 
 class Way(Enum):
@@ -43,6 +51,7 @@ class Way(Enum):
 
     OPERAND = "operand"
     SHAPE = "shape"
+    STOCK = "stock's kernel"
     HOST_COPY = "host copy"
     KERNEL = "kernel"
 
@@ -57,6 +66,8 @@ class Strategy:
     target: str = OPTIMIZED_TARGET
     guard: Optional[ValueGuard] = None
     blocks: Optional[RowBlocks] = None
+    #: a 0-d operand is computed by an earlier fold: :func:`needs_stock_kernel` before the call
+    scalars_checked: bool = False
 
     def target_for(self, site: CallSite, leaves: Sequence[Any]) -> str:
         """The target to run ``site`` with on these operand values: ``-O3`` where the guard fails."""
@@ -86,6 +97,13 @@ def choose_strategies(
         kernel = kernels.get(site.node_id)
         if kernel is None:
             continue
+        literal = [
+            None if constant is None else _compat.constant_array(constant)
+            for constant in site.leaf_constants
+        ]
+        if site.kind is SiteKind.OP and needs_stock_kernel(site, literal):
+            strategies[site.node_id] = Strategy(Way.STOCK)
+            continue
         host = host_function(site) if options.host_copies and site.kind is SiteKind.OP else None
         if host is not None:
             strategies[site.node_id] = Strategy(Way.HOST_COPY, kernel, host)
@@ -103,8 +121,28 @@ def choose_strategies(
             if options.row_blocks
             else None
         )
-        strategies[site.node_id] = Strategy(Way.KERNEL, kernel, None, target, guard, blocks)
+        pending = site.kind is SiteKind.OP and any(
+            value is None and _compat.static_shape(_compat.type_of(leaf)) == ()
+            for value, leaf in zip(literal, site.leaves)
+        )
+        strategies[site.node_id] = Strategy(
+            Way.KERNEL, kernel, None, target, guard, blocks, scalars_checked=pending
+        )
     return strategies
+
+
+def needs_stock_kernel(site: CallSite, leaves: Sequence[Any]) -> bool:
+    """Whether a 0-d operand of ``site`` has a value stock's kernel is built around.
+
+    ``leaves`` are the operands' tensors (None for one not known yet, which is not judged).
+    """
+    zero_d = [
+        leaf.numpy() if leaf is not None and len(leaf.shape) == 0 else None for leaf in leaves
+    ]
+    if all(value is None for value in zero_d):
+        return False
+    dtypes = [_compat.dtype_of(_compat.type_of(leaf)) for leaf in site.leaves]
+    return any(key is not None for key in scalar_value_key(site.call, zero_d, dtypes))
 
 
 def _members(kernel: KernelSpec, sites: Sequence[CallSite]) -> List[CallSite]:
