@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+from hypothesis import settings
 
 #: The TVM release the Relax adapter and its tooling tests run on (the same pin as
 #: ``fold_guard/relax/_compat.py``'s ``SUPPORTED_TVM`` and pyproject's apache-tvm dependency).
@@ -53,6 +54,16 @@ RELAX_ONLY: Tuple[str, ...] = (
     "tests/test_codespell.py",
     "tests/test_examples.py",
 )
+
+
+#: Hypothesis profiles, chosen with ``pytest --hypothesis-profile NAME`` (``support.profiles``
+#: scales each property test's example count by the profile's ``max_examples`` per 100):
+#: ``full`` draws every test's own count; ``ci`` (hypothesis's CI profile: derandomized, no
+#: deadline, no example database; loaded by hypothesis itself when ``CI=true``) a quarter of it.
+#: scripts/test.sh passes ``--hypothesis-profile=ci``; a later ``--hypothesis-profile=full``
+#: among its pytest arguments gives the full counts.
+settings.register_profile("full", settings.get_profile("default"), max_examples=100)
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=25)
 
 
 def _installed_tvm() -> Tuple[Optional[str], bool]:
