@@ -23,19 +23,21 @@
 #
 #   full  (the default; what CI (.ci/run) and the README run): the environments (re)made,
 #         idempotently and side by side; the lint step (ruff check, ruff format --check, in
-#         .venv); then the Relax and Relay suites side by side, one pytest process each, and the
-#         smoke lane as soon as the first of them is done (2 cores: two lanes at a time). Every
+#         .venv); then the Relax and Relay suites side by side, one pytest process each, and a
+#         smoke lane per Python, each as soon as a core is free (two lanes at a time). Every
 #         test but the `stock` canaries (see stock) and the `model_explorer` lane
 #         (`pytest -m model_explorer`); hypothesis's `ci` profile (conftest.py: a quarter of
 #         each property test's examples, derandomized); the 30 slowest tests of each run listed.
-#         Measured on the 2-core machine, loaded by other work (see README.md, Testing): setup
-#         ~2 min, Relax ~9 min beside Relay ~8 min, smoke ~3 min after Relay: ~13 min in all.
+#         Timed lane by lane on the 2-core machine (each alone, beside other work; CPU time about
+#         equal to wall): setup 51 s (both environments side by side, pip's cache warm), Relax
+#         557 s (1,458 tests), Relay 536 s (1,125), smoke 40-65 s per Python (471 tests each):
+#         about 12 minutes in all.
 #   fast  (for development; the same selection plain `pytest` makes in either environment):
 #         pyproject's addopts leave out the tests marked `slow` (whole models, seconds each),
 #         `stock` and `model_explorer`. No lint step, no smoke lane; an environment that already
 #         exists is used as it is (delete it, or run the full lane, to re-install).
 #   stock the canaries of TVM's own behaviour (`-m stock`: the stock passes and the corpora's
-#         records of them, no fold_guard code under test; about 490 tests, 2 minutes). Both TVMs
+#         records of them, no fold_guard code under test; 137 + 351 tests, 59 s + 74 s). Both TVMs
 #         are pinned exactly, so these can only change when a pin does: tests/stock_tvm.txt
 #         records the TVM each suite's canaries last passed on, the full lane runs them too for
 #         an environment whose TVM differs from it, and this lane, when it passes, writes the
@@ -48,7 +50,7 @@
 #   own default profile outside CI), e.g. `bash scripts/test.sh full --hypothesis-profile=full`.
 #   The markers are declared in pyproject.toml (--strict-markers).
 #
-#   No suite name: both (and, in the full lane, the smoke lane), each to the end even if another
+#   No suite name: both (and, in the full lane, the smoke lanes), each to the end even if another
 #   fails; a broken setup stops at once. The exit status is non-zero if any lane failed or the
 #   lint step did. The Relax suite's output shows as it goes, each other lane's when it is done.
 #   Pytest arguments (-x, -k NAME, ...) go to every suite run (not to the smoke lane).
