@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+from hypothesis import settings
 
 #: The TVM release the Relax adapter and its tooling tests run on (the same pin as
 #: ``fold_guard/relax/_compat.py``'s ``SUPPORTED_TVM`` and pyproject's apache-tvm dependency).
@@ -53,6 +54,16 @@ RELAX_ONLY: Tuple[str, ...] = (
     "tests/test_codespell.py",
     "tests/test_examples.py",
 )
+
+
+#: Hypothesis profiles, chosen with ``pytest --hypothesis-profile NAME`` (``support.profiles``
+#: scales each property test's example count by the profile's ``max_examples`` per 100):
+#: ``full`` draws every test's own count; ``ci`` (hypothesis's CI profile: derandomized, no
+#: deadline, no example database; loaded by hypothesis itself when ``CI=true``) a quarter of it.
+#: scripts/test.sh passes ``--hypothesis-profile=ci``; a later ``--hypothesis-profile=full``
+#: among its pytest arguments gives the full counts.
+settings.register_profile("full", settings.get_profile("default"), max_examples=100)
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=25)
 
 
 def _installed_tvm() -> Tuple[Optional[str], bool]:
@@ -153,7 +164,7 @@ def pytest_report_header() -> List[str]:
 
 
 #: pyproject's default selection (its addopts): plain ``pytest`` is the fast lane.
-FAST_LANE = "not slow and not stock"
+FAST_LANE = "not slow and not stock and not model_explorer"
 
 
 def pytest_terminal_summary(
@@ -162,8 +173,9 @@ def pytest_terminal_summary(
     deselected = len(terminalreporter.stats.get("deselected", []))
     if config.getoption("markexpr", "") == FAST_LANE and deselected:
         terminalreporter.write_line(
-            f"fold_guard: fast lane ({deselected} deselected): tests marked slow or stock are "
-            "left out; -m '' selects every test (bash scripts/test.sh, the full lane, does)"
+            f"fold_guard: fast lane ({deselected} deselected): tests marked slow, stock or "
+            "model_explorer are left out; bash scripts/test.sh (the full lane) adds the slow "
+            "ones, bash scripts/test.sh stock the stock canaries, -m '' selects every test"
         )
     # Repeated at the end: the header scrolls away, and a smaller count than expected should be
     # explained right where the count is printed.

@@ -22,7 +22,9 @@ SUPPORTED_RELAY_TVM: Tuple[Tuple[int, int], Tuple[int, int]] = ((0, 9), (0, 19))
 
 _INSTALL_HINT = (
     "install a TVM build with Relay, e.g. in a Python 3.10 environment "
-    "`pip install hhb-tvm==3.2.3 tflite tqdm` (TVM 0.16), or build TVM 0.9-0.19 from source"
+    "`pip install hhb-tvm==3.2.3 tflite tqdm typing-extensions` (TVM 0.16), or build TVM 0.9-0.19 "
+    "from source; then fold_guard with `pip install --no-deps` (its apache-tvm would overwrite "
+    "that TVM)"
 )
 
 

@@ -7,6 +7,7 @@ from typing import Dict, Tuple
 import pytest
 from graphdsl import G, Ref, apply_placements, summary
 from hypothesis import HealthCheck, given, settings
+from support.profiles import examples
 from test_properties import cases
 
 import fold_guard
@@ -241,7 +242,7 @@ def test_placements_relay_qnn_quantize_gets_an_allow_and_no_barrier():
     )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(annotations=False))
 def test_placed_annotations_make_the_default_decide_as_the_policy(case):
     """Guarantee behind every annotation helper: the default policy on the annotated graph folds

@@ -21,6 +21,7 @@ from typing import Dict, FrozenSet, Tuple
 from graphdsl import LIFT_STOP_OP, G, Ref, apply_placements, decision, summary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.profiles import examples
 from test_properties import Case, cases
 
 from fold_guard._core import (
@@ -41,7 +42,9 @@ from fold_guard._core.builtin_policies import (
 )
 from fold_guard._core.summary import summarize
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 I8, F32 = ("int8", (8, 4)), ("float32", (8, 4))
 
 

@@ -21,6 +21,7 @@ import pytest
 from graphdsl import NUMPY_OPS, G, apply_plan, evaluate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.profiles import examples
 
 from fold_guard._core import (
     DEFAULT_POLICY,
@@ -41,7 +42,9 @@ BINARY_OPS = ("relax.add", "relax.multiply", "relax.subtract")
 ALL_OPS = UNARY_OPS + BINARY_OPS
 UNFOLDABLE = (Reason.IMPURE, Reason.UNSUPPORTED, Reason.DYNAMIC_SHAPE)
 
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard._core.reasons import Reason
+from fold_guard.relax._config import resolve_options
 from fold_guard.relax._engine import EngineOptions, cache, fast, host, library, row_blocks, strategy
 from fold_guard.relax._engine.reference import STOCK_SYMBOL
 
@@ -59,10 +60,15 @@ def _same_fold(got: fgr.FoldResult, want: fgr.FoldResult) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUILDERS))
-def test_fast_equals_reference_on_the_corpus(name, tmp_path) -> None:
+def test_fast_equals_reference_on_the_corpus(name) -> None:
+    # Through the suite's kernel cache (conftest.py), which the corpus's other folds share: each
+    # kernel is compiled once in the run, here or in test_equivalence.py, and loaded by the other.
+    suite_cache = resolve_options().cache_dir
+    assert suite_cache is not None, "conftest.py turns the kernel cache on"
     reference = fgr.fold(BUILDERS[name](), reference_engine=True)
     assert reference.report.kernels_cached == 0
-    _same_fold(fgr.fold(BUILDERS[name](), engine_options=_fast(tmp_path)), reference)
+    fast = EngineOptions(threads=2, cache_dir=suite_cache)
+    _same_fold(fgr.fold(BUILDERS[name](), engine_options=fast), reference)
 
 
 def _nan_makers(shape):

@@ -18,7 +18,8 @@ pass, with nothing downstream of it folded; the input is untouched (JSON bytes);
 deterministic and idempotent; ``fold(annotate(m, P))`` under default keeps and folds the same
 calls as ``fold(m, P)``.
 
-Examples per test: ``FOLD_GUARD_FUZZ_EXAMPLES`` (default 200); the long profile is
+Examples per test: ``FOLD_GUARD_FUZZ_EXAMPLES`` (default 200 under the full hypothesis profile,
+CI's draws a quarter: ``support.profiles``); the long profile is
 ``FOLD_GUARD_FUZZ_EXAMPLES=10000 FOLD_GUARD_FUZZ_RUN_EVERY=1``. By default one example in four
 (by seed) that folded something is also compiled and run: compiling is most of an example's
 cost.

@@ -17,6 +17,7 @@ import tvm_ffi
 from golden import calls_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.profiles import examples
 from tvm import relax
 
 import fold_guard
@@ -152,7 +153,7 @@ def _movement(draw):
     return relax.op.take(const, _const(np.array(indices, "int64")), axis=axis, mode=mode)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_movement(), min_size=1, max_size=3))
 def test_random_data_movement_matches_stock_bit_for_bit(calls) -> None:
     """RFC.md, guarantees 1 and 2: stock's module, constant for constant, bit for bit."""

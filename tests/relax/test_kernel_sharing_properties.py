@@ -16,6 +16,7 @@ import pytest
 import tvm_ffi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.profiles import examples
 from tvm import relax
 
 import fold_guard.relax as fgr
@@ -88,7 +89,7 @@ BUILDERS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("op", sorted(BUILDERS))
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(count=st.integers(2, 4), seed=st.integers(0, 2**16), data=st.data())
 def test_shared_kernels_match_stock(op, count, seed, data):
     rng = np.random.default_rng(seed)

@@ -16,6 +16,7 @@ import tvm_ffi
 from golden import calls_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.profiles import examples
 from tvm import relax
 
 import fold_guard.relax as fgr
@@ -230,7 +231,7 @@ def _edge_dequantize(draw):
     return _dequantize(data, scale, zero, axis=0)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(_edge_quantize(), _edge_dequantize()), min_size=1, max_size=3))
 def test_edge_values_fold_to_stock_bits_at_either_level(calls) -> None:
     """RFC.md, guarantee 2: folded constants are bit-identical to stock's."""

@@ -18,6 +18,7 @@ Modules of CPU pipelines are then built and run, bit-identical to the unannotate
 
 from __future__ import annotations
 
+import importlib
 import tempfile
 from collections import Counter
 from functools import cache
@@ -81,8 +82,7 @@ def _legalize_passes(target: tvm.target.Target) -> tvm.transform.Pass:
     return tvm.transform.Sequential(list(relax.pipeline.legalize_passes(target)))
 
 
-#: Targets by backend under tvm.relax.backend (metal's passes are gpu_generic's; vulkan is
-#: another gpu_generic target), all run as IR transformations.
+#: Targets by backend under tvm.relax.backend, all run as IR transformations.
 TARGETS: Dict[str, object] = {
     "cpu_generic": "llvm",
     "cuda": "cuda",
@@ -93,7 +93,8 @@ TARGETS: Dict[str, object] = {
 }
 
 #: name -> (pipeline, folds constants, ends in VM lowering, runs on this CPU)
-PIPELINES: Dict[str, Tuple[Callable[[tvm.IRModule], tvm.IRModule], bool, bool, bool]] = {
+Pipeline = Tuple[Callable[[tvm.IRModule], tvm.IRModule], bool, bool, bool]
+ALL_PIPELINES: Dict[str, Pipeline] = {
     "LegalizeOps+FoldConstant": (
         _sequential(relax.transform.LegalizeOps(), relax.transform.FoldConstant()),
         True,
@@ -117,23 +118,35 @@ PIPELINES: Dict[str, Tuple[Callable[[tvm.IRModule], tvm.IRModule], bool, bool, b
 }
 for _backend, _target in TARGETS.items():
     _on_cpu = _backend == "cpu_generic"
-    # metal's legalize passes are gpu_generic's list (relax.pipeline.legalize_passes); run under
-    # a metal target, dlight's ApplyDefaultSchedule alone takes about 100 s on the stock import
-    # of the QDQ CNN (0.3 s under vulkan), and it only schedules PrimFuncs, so it cannot move a
-    # barrier: the vulkan row covers the same passes.
-    if _backend != "metal":
-        PIPELINES[f"legalize_passes[{_backend}]"] = (
-            _under(_target, _legalize_passes),
-            True,
-            False,
-            _on_cpu,
-        )
-    PIPELINES[f"default_pipeline[{_backend}]"] = (
+    ALL_PIPELINES[f"legalize_passes[{_backend}]"] = (
+        _under(_target, _legalize_passes),
+        True,
+        False,
+        _on_cpu,
+    )
+    ALL_PIPELINES[f"default_pipeline[{_backend}]"] = (
         _under(_target, relax.pipeline.get_default_pipeline),
         True,
         True,
         _on_cpu,
     )
+
+#: Rows that run the passes of another row, under another target, and are left out: TVM gives
+#: rocm and metal gpu_generic's lists, and cuda gpu_generic's legalize passes (its default
+#: pipeline adds RewriteCUDAGraph, so that row runs). A target only changes how dlight schedules
+#: the PrimFuncs, which cannot move a barrier (under metal, dlight's ApplyDefaultSchedule alone
+#: takes about 100 s on the QDQ CNN; 0.3 s under vulkan). test_left_out_rows_repeat_a_row_run
+#: checks each against the installed TVM.
+REPEATS: Dict[str, str] = {
+    "legalize_passes[cuda]": "legalize_passes[gpu_generic]",
+    "legalize_passes[rocm]": "legalize_passes[gpu_generic]",
+    "legalize_passes[metal]": "legalize_passes[gpu_generic]",
+    "default_pipeline[rocm]": "default_pipeline[gpu_generic]",
+    "default_pipeline[metal]": "default_pipeline[gpu_generic]",
+}
+PIPELINES: Dict[str, Pipeline] = {
+    name: pipeline for name, pipeline in ALL_PIPELINES.items() if name not in REPEATS
+}
 
 MODELS = {
     "qdq_cnn": onnx_models.make_qdq_cnn,
@@ -466,6 +479,50 @@ def test_instruments_see_the_same_passes_as_with_stock():
         seen[folder] = instrument.names
     assert seen["fold_guard"] == seen["stock"]
     assert "LegalizeOps" not in seen["fold_guard"]
+
+
+#: The backends under tvm.relax.backend with a pipeline of their own.
+BACKENDS = ("cpu_generic", "cuda", "rocm", "gpu_generic", "adreno")
+#: The stages each backend's get_default_pipeline runs, in order (its pipeline.py).
+STAGES = ("library_dispatch_passes", "legalize_passes", "dataflow_lower_passes", "finalize_passes")
+
+
+def _pass_names(row: str, monkeypatch) -> Tuple[str, ...]:
+    """The passes a backend row runs, by name, from the lists of the backend TVM dispatches its
+    target to. Nothing is run: under a metal target, dlight's first schedule imports
+    tvm.s_tir.tensor_intrin, 40 s and more."""
+    kind, name = row.rstrip("]").split("[")
+    target = tvm.target.Target(TARGETS[name])
+    chosen = []
+    for backend in BACKENDS:
+        monkeypatch.setattr(
+            getattr(relax.backend, backend),
+            "get_default_pipeline",
+            lambda _target, backend=backend: chosen.append(backend),
+        )
+    relax.pipeline.get_default_pipeline(target)
+    monkeypatch.undo()
+    (backend,) = chosen
+    module = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
+    stages = STAGES if kind == "default_pipeline" else ("legalize_passes",)
+    with target:
+        return tuple(p.info.name for stage in stages for p in getattr(module, stage)(target))
+
+
+@pytest.mark.stock
+def test_left_out_rows_repeat_a_row_run(monkeypatch):
+    """Each row REPEATS leaves out has the passes of the row it names, in order; the backend rows
+    that run differ from each other."""
+    for left_out, kept in REPEATS.items():
+        assert kept in PIPELINES
+        assert _pass_names(left_out, monkeypatch) == _pass_names(kept, monkeypatch), left_out
+    for kind in ("legalize_passes", "default_pipeline"):
+        rows = {
+            name: _pass_names(name, monkeypatch)
+            for name in PIPELINES
+            if name.startswith(f"{kind}[")
+        }
+        assert len(set(rows.values())) == len(rows), rows
 
 
 def test_barriers_over_run_time_tensors_of_any_shape_build_and_run():

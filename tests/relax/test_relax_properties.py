@@ -21,6 +21,7 @@ import numpy as np
 import tvm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.profiles import examples
 from tvm import relax
 
 import fold_guard.relax as fgr
@@ -110,7 +111,7 @@ def _check_barriers_hold(mod, n_barriers, barriers, downstream, stage):
 PASS = fgr.FoldConstant()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_MODULE)
 def test_random_barriers_hold_and_pass_is_pure(spec):
     mod, barriers, downstream = _build(spec)

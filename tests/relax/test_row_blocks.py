@@ -21,6 +21,7 @@ import tvm_ffi
 from golden import calls_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.profiles import examples
 from tvm import relax
 
 import fold_guard.relax as fgr
@@ -182,7 +183,7 @@ def test_too_few_rows_for_two_blocks_run_whole() -> None:
 # --------------------------------------------------------------------------- property
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     rows=st.integers(2, 1 << 16),
     cols=st.integers(1, 700),

@@ -19,8 +19,9 @@ idempotent; ``fold(annotate(m, P))`` under default keeps and folds the same call
 ``fold(m, P)``. Where TVM itself fails (hhb's x86 ``dense`` schedule on a zero-size input, in the
 stock pass and in ``relay.build``), ours must have kept what it could not evaluate.
 
-``FOLD_GUARD_FUZZ_EXAMPLES`` (default 25 here: see ``EXAMPLES``) and ``FOLD_GUARD_FUZZ_RUN_EVERY``
-(default 4) as in ``tests/relax/test_fuzz_relax.py``.
+``FOLD_GUARD_FUZZ_EXAMPLES`` (default 25 here, see ``EXAMPLES``, under the full hypothesis profile;
+CI's draws a quarter: ``support.profiles``) and ``FOLD_GUARD_FUZZ_RUN_EVERY`` (default 4) as in
+``tests/relax/test_fuzz_relax.py``.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import pytest
 import tvm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.profiles import examples
 from tvm import relay
 from tvm.contrib import graph_executor
 
@@ -158,7 +159,9 @@ def _assert_unchanged(mod: tvm.IRModule, saved: str) -> None:
     tvm.ir.assert_structural_equal(mod, tvm.ir.load_json(saved), map_free_vars=True)
 
 
-_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(
+    max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 # ---------------------------------------------------------------------------------- properties
@@ -205,7 +208,7 @@ def test_without_annotations_ours_is_stock(spec: Spec) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_SPEC)
 def test_built_outputs_match_the_unannotated_module(spec: Spec) -> None:
     reference = _run(build(spec, annotate=False))

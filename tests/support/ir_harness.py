@@ -45,6 +45,8 @@ from hypothesis import strategies as st
 import fold_guard
 from fold_guard import Action, CallView, FoldPolicy, Rule, policy_registry_scope, register_policy
 
+from .profiles import examples
+
 __all__ = [
     "FUZZ_EXPLORE",
     "FUZZ_POLICIES",
@@ -377,9 +379,11 @@ FUZZ_POLICIES: Tuple[object, ...] = (
 
 def fuzz_settings(default_examples: int) -> Callable[[Any], Any]:
     """Hypothesis settings of a fuzzer: ``FOLD_GUARD_FUZZ_EXAMPLES`` examples (else the IR's
-    default), no deadline, derandomized unless exploring."""
+    default, scaled to the hypothesis profile: see ``support.profiles``), no deadline,
+    derandomized unless exploring."""
+    fixed = os.environ.get("FOLD_GUARD_FUZZ_EXAMPLES")
     return settings(
-        max_examples=int(os.environ.get("FOLD_GUARD_FUZZ_EXAMPLES", str(default_examples))),
+        max_examples=int(fixed) if fixed else examples(default_examples),
         deadline=None,
         suppress_health_check=list(HealthCheck),
         derandomize=not FUZZ_EXPLORE,
