@@ -29,15 +29,15 @@
 #         smoke lane per Python, each as soon as a core is free (two lanes at a time). Every
 #         test but the `stock` canaries (see stock), the model-explorer lane and the whole ONNX
 #         node-test corpus (`pytest -m conformance`, minutes; the full lane runs its sample, marked
-#         slow); hypothesis's `ci` profile (conftest.py: a quarter of
-#         each property test's examples, derandomized); the 30 slowest tests of each run listed.
-#         Timed lane by lane on the 2-core machine (each alone, beside other work; CPU time about
-#         equal to wall): setup 51 s (both environments side by side, pip's cache warm), Relax
-#         557 s (1,458 tests), Relay 536 s (1,125), smoke 40-65 s per Python (471 tests each):
-#         about 12 minutes in all.
+#         slow); hypothesis's `ci` profile (conftest.py: a quarter of each property test's
+#         examples, derandomized); the 30 slowest tests of each run listed. A clean clone's
+#         `CI=true bash .ci/run` on the idle 2-core machine (2026-12-06): 793 s in all; setup
+#         60 s (both environments side by side, pip's cache warm), then Relax 647 s (1,555
+#         tests) beside Relay 634 s (1,138), then the smoke lanes, 42-56 s per Python (478 tests
+#         each), 3.14 skipped.
 #   fast  (for development; the same selection plain `pytest` makes in either environment):
 #         pyproject's addopts leave out the tests marked `slow` (whole models, seconds each),
-#         `stock` and `model_explorer`. No lint step, no smoke lane; an environment that already
+#         `stock`, `model_explorer` and `conformance`. No lint step, no smoke lane; an environment that already
 #         exists is used as it is (delete it, or run the full lane, to re-install).
 #   stock the canaries of TVM's own behaviour (`-m stock`: the stock passes and the corpora's
 #         records of them, no fold_guard code under test; 137 + 351 tests, 59 s + 74 s). Both TVMs
