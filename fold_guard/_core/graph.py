@@ -227,7 +227,8 @@ class FoldGraph:
                 )
 
     def consumers(self) -> Mapping[int, Tuple[int, ...]]:
-        """Map each node id to the ids of the nodes that read it: its value or its static type.
+        """Map each node id to the ids of the nodes that read it: its value (whole, or an item
+        of its tuple) or its static type.
 
         A node that reads only the type (``type_source``, e.g. Relay's ``shape_of``) is still a
         use of it, for the policies that ask where a value goes (``weights-only``).
@@ -237,7 +238,7 @@ class FoldGraph:
         users: Dict[int, List[int]] = {node.id: [] for node in self.nodes}
         for node in self.nodes:
             for inp in node.inputs:
-                if inp.kind is InputKind.NODE:
+                if inp.kind in (InputKind.NODE, InputKind.TUPLE_ITEM):
                     users[inp.source].append(node.id)
             if node.type_source is not None and node.id not in users[node.type_source]:
                 users[node.type_source].append(node.id)

@@ -111,6 +111,7 @@ def test_tuple_items_of_a_lifted_call_are_known_before_run_time():
         "y": "NOT_CONSTANT",
     }
     graph = _encode_decode("param")
+    assert set(graph.consumers()[0]) == {1}  # the decode reads the encode, through its items
     keep = plan_folds(graph, KEEP_QDQ_WEIGHTS_POLICY)
     assert summary(keep) == {
         "e": "LIFTED fold-quantize-of-constant",
