@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Generic, List, Optional, Tuple
 
 from .errors import PlanInvariantError
-from .graph import Annotation, FoldNode, InputKind, ModuleT, NodeInput
+from .graph import SOURCE_KINDS, Annotation, FoldNode, InputKind, ModuleT, NodeInput
 from .op_names import LIFT_STOP_OPS
 from .planner import BARRIER_RULE, DEFAULT_RULE, FoldPlan
 from .reasons import Action, Reason
@@ -283,7 +283,7 @@ def _operand_is_lifted(plan: FoldPlan, barrier: FoldNode) -> bool:
     operand = barrier.inputs[0]
     if operand.kind is InputKind.PARAMETER:
         return True
-    if operand.kind not in (InputKind.NODE, InputKind.TUPLE_ITEM):
+    if operand.kind not in SOURCE_KINDS:
         return False
     source = plan.graph.nodes[operand.source]
     return source.op not in LIFT_STOP_OPS and plan.lifts(source.id)

@@ -33,6 +33,7 @@ from .errors import PlanInvariantError
 from .reasons import Reason
 
 __all__ = [
+    "SOURCE_KINDS",
     "Annotation",
     "FoldGraph",
     "FoldNode",
@@ -108,6 +109,11 @@ class InputKind(Enum):
     #: pass folds no tuple item, but known before run time when that call is lifted
     #: (``LiftTransformParams`` lifts tuple items with the call that makes them)
     TUPLE_ITEM = "tuple_item"
+
+
+#: The input kinds that read another node's result (``NodeInput.source``): whole, or one item
+#: of its tuple.
+SOURCE_KINDS = frozenset({InputKind.NODE, InputKind.TUPLE_ITEM})
 
 
 @dataclass(frozen=True)
@@ -238,7 +244,7 @@ class FoldGraph:
         users: Dict[int, List[int]] = {node.id: [] for node in self.nodes}
         for node in self.nodes:
             for inp in node.inputs:
-                if inp.kind in (InputKind.NODE, InputKind.TUPLE_ITEM):
+                if inp.kind in SOURCE_KINDS:
                     users[inp.source].append(node.id)
             if node.type_source is not None and node.id not in users[node.type_source]:
                 users[node.type_source].append(node.id)
@@ -300,7 +306,7 @@ def reachable_from_constants(
     leaf_kinds = (
         (InputKind.CONSTANT, InputKind.PARAMETER) if with_parameters else (InputKind.CONSTANT,)
     )
-    source_kinds = (InputKind.NODE, InputKind.TUPLE_ITEM) if with_parameters else (InputKind.NODE,)
+    source_kinds = SOURCE_KINDS if with_parameters else frozenset({InputKind.NODE})
     found: Set[int] = set()
     for node_id, (node_inputs, _) in enumerate(nodes):
         if all(

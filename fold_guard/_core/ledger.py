@@ -31,7 +31,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
-from .graph import InputKind, TensorInfo
+from .graph import SOURCE_KINDS, InputKind, TensorInfo
 from .planner import DEFAULT_RULE, FoldPlan
 from .reasons import Action
 
@@ -233,11 +233,7 @@ def _region(plan: FoldPlan, frontier: int, weight_side: Set[int] | frozenset[int
     stack = [frontier]
     while stack:
         for inp in plan.graph.nodes[stack.pop()].inputs:
-            if (
-                inp.kind in (InputKind.NODE, InputKind.TUPLE_ITEM)
-                and inp.source in weight_side
-                and inp.source not in seen
-            ):
+            if inp.kind in SOURCE_KINDS and inp.source in weight_side and inp.source not in seen:
                 seen.add(inp.source)
                 stack.append(inp.source)
     return sorted(seen)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .allowed import allowed_cone, check_annotations
-from .graph import Annotation, FoldGraph, FoldNode, InputKind
+from .graph import SOURCE_KINDS, Annotation, FoldGraph, FoldNode, InputKind
 from .plan import (
     ALLOW_RULE,
     BARRIER_RULE,
@@ -40,7 +40,7 @@ from .plan import (
 from .policy import BUDGET_RULE, CallView, FoldPolicy, ask
 from .reasons import Action, Reason
 from .uses import GraphUses
-from .values import LIFTED, RUNTIME, SOURCE_KINDS, Value, first_non_constant, is_constant
+from .values import LIFTED, RUNTIME, Value, first_non_constant, is_constant
 
 __all__ = [
     "ALLOW_RULE",

@@ -23,7 +23,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Dict, FrozenSet, Mapping, Optional, Set, Tuple
 
-from .graph import Annotation, FoldGraph, FoldNode, InputKind
+from .graph import SOURCE_KINDS, Annotation, FoldGraph, FoldNode, InputKind
 from .kernel_names import ADD, WEIGHT, kernel_role
 from .op_names import OP_TABLES
 
@@ -98,7 +98,7 @@ class GraphUses:
         for node in self.graph.nodes:
             if any(
                 inp.kind is InputKind.PARAMETER
-                or (inp.kind in (InputKind.NODE, InputKind.TUPLE_ITEM) and inp.source in found)
+                or (inp.kind in SOURCE_KINDS and inp.source in found)
                 for inp in node.inputs
             ):
                 found.add(node.id)

@@ -25,7 +25,6 @@ from .reasons import Reason
 __all__ = [
     "LIFTED",
     "RUNTIME",
-    "SOURCE_KINDS",
     "Value",
     "first_non_constant",
     "is_constant",
@@ -58,8 +57,6 @@ class Value:
 LIFTED = Value(False, Reason.LIFTED, lifted=True)
 #: The cause a run-time input gives; the planner tells it apart by identity to word its detail.
 RUNTIME = Value(False, Reason.NOT_CONSTANT, "", "", "a run-time input")
-#: Inputs that read another node's result: whole, or one item of its tuple.
-SOURCE_KINDS = (InputKind.NODE, InputKind.TUPLE_ITEM)
 
 _CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2, Reason.OVER_BUDGET: 2}
 

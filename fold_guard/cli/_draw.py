@@ -29,7 +29,7 @@ import html
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .._core.graph import Annotation, InputKind
+from .._core.graph import SOURCE_KINDS, Annotation, InputKind
 from .._core.planner import FoldPlan
 from .._core.summary import format_bytes, tensor_text
 from ._categories import CATEGORIES, category_of
@@ -38,8 +38,6 @@ __all__ = ["call_details", "render_svg", "svg_graph", "svg_style"]
 
 _BOX_H, _GAP_X, _GAP_Y, _MARGIN = 34, 18, 28, 16
 _MIN_BOX_W = 120
-#: Inputs drawn as an edge from the call they read (whole, or one item of its tuple).
-_READS_NODE = (InputKind.NODE, InputKind.TUPLE_ITEM)
 #: Width of one character of the 11 px sans-serif caption, a little generous so nothing overflows.
 _CHAR_W = 6.8
 
@@ -100,7 +98,7 @@ def _chains(plan: FoldPlan, report: Mapping[str, Any]) -> List[List[int]]:
         return [
             inp.source
             for inp in nodes[index].inputs
-            if inp.kind in _READS_NODE and runtime[inp.source] is from_runtime
+            if inp.kind in SOURCE_KINDS and runtime[inp.source] is from_runtime
         ]
 
     def weights_layer(index: int) -> Optional[str]:
@@ -172,7 +170,7 @@ def _layout(plan: FoldPlan, boxes: List[_Box]) -> List[Tuple[int, int]]:
             (box_of[inp.source], box_of[node.id])
             for node in plan.graph.nodes
             for inp in node.inputs
-            if inp.kind in _READS_NODE and box_of[inp.source] != box_of[node.id]
+            if inp.kind in SOURCE_KINDS and box_of[inp.source] != box_of[node.id]
         }
     )
     inputs: List[List[int]] = [[] for _ in boxes]
