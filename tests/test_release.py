@@ -37,7 +37,9 @@ _NOT_OURS = re.compile(r"Location 'file:///opt/|byte-compiling is disabled")
 
 
 def _warnings(log: str) -> list:
-    return [line for line in log.splitlines() if _WARNING.search(line) and not _NOT_OURS.search(line)]
+    return [
+        line for line in log.splitlines() if _WARNING.search(line) and not _NOT_OURS.search(line)
+    ]
 
 
 def _run(args, **kwargs) -> subprocess.CompletedProcess:
@@ -64,7 +66,15 @@ def test_build_gives_an_sdist_and_a_wheel_of_this_version_without_warnings(built
 
 def test_twine_check_passes_both(built) -> None:
     result = _run(
-        [sys.executable, "-m", "twine", "check", "--strict", str(built["sdist"]), str(built["wheel"])]
+        [
+            sys.executable,
+            "-m",
+            "twine",
+            "check",
+            "--strict",
+            str(built["sdist"]),
+            str(built["wheel"]),
+        ]
     )
     assert result.stdout.count("PASSED") == 2, result.stdout
 
@@ -72,7 +82,9 @@ def test_twine_check_passes_both(built) -> None:
 def test_the_metadata_names_the_license_as_spdx_with_its_file(built) -> None:
     with zipfile.ZipFile(built["wheel"]) as archive:
         names = archive.namelist()
-        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        metadata = archive.read(
+            next(n for n in names if n.endswith(".dist-info/METADATA"))
+        ).decode()
         license_text = archive.read(next(n for n in names if n.endswith("/licenses/LICENSE")))
     assert "License-Expression: Apache-2.0" in metadata
     assert "License-File: LICENSE" in metadata
@@ -83,7 +95,16 @@ def test_the_metadata_names_the_license_as_spdx_with_its_file(built) -> None:
 
 def test_the_sdist_builds_the_same_wheel_in_an_isolated_build(built, tmp_path: Path) -> None:
     result = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(built["sdist"])]
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-w",
+            str(tmp_path),
+            str(built["sdist"]),
+        ]
     )
     assert _warnings(result.stdout + result.stderr) == []
     (rebuilt,) = tmp_path.glob("fold_guard-*.whl")
