@@ -34,7 +34,7 @@ from fold_guard import __version__  # noqa: E402
 
 project = "fold_guard"
 author = "the fold_guard authors"
-copyright = "2026, the fold_guard authors"  # noqa: A001 - Sphinx's name
+copyright = "2026, the fold_guard authors"
 release = __version__
 version = __version__
 

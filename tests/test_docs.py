@@ -269,3 +269,18 @@ def test_every_former_readme_section_has_a_home_in_the_site(section) -> None:
     page, anchor = HOMES[section].split("#")
     assert DOCS.joinpath(page).is_file(), HOMES[section]
     assert anchor in _anchors(DOCS / page), (section, _anchors(DOCS / page))
+
+
+def test_the_example_output_check_sees_a_changed_number_and_ignores_times() -> None:
+    from support.example_output import shown_output, stale_lines
+
+    shown = shown_output("backend_partition.py")
+    printed = shown.splitlines()
+    assert stale_lines(shown, printed) == []
+    # A fold time is not a claim: another run's times pass.
+    assert stale_lines(shown, [line.replace("  1530 ms", "    91 ms") for line in printed]) == []
+    # An offload count is: the line is reported.
+    changed = [
+        line.replace("5 / 5", "4 / 5", 1) if "qdq-accelerator" in line else line for line in printed
+    ]
+    assert stale_lines(shown, changed) == [printed[3]]

@@ -27,8 +27,9 @@ def _signature(obj: Any) -> str:
 
 
 def describe() -> Dict[str, Any]:
-    import fold_guard.relay as adapter
     import tvm
+
+    import fold_guard.relay as adapter
 
     entries: List[Dict[str, str]] = []
     for name in adapter.__all__:
