@@ -2,10 +2,10 @@
 
 Each output block there follows a line ``<!-- output: examples/NAME.py [args] -->``. A shown line
 must appear in the printed output, in order; times are masked (``1530 ms``, ``0.02 s``: they vary
-run to run) and so is the alignment around them, and a shown line ending in ``...`` matches any printed line it begins (the README
-cuts long rule descriptions). The examples' tests call :func:`assert_shown_output_is_current` on
-what they ran; ``scripts/check_example_output.py`` runs the examples too large for CI (their
-blocks show a bigger run) and reports the same.
+run to run) and so is the alignment around them, and a shown line ending in ``...`` matches any
+printed line it begins (the README cuts long rule descriptions). The examples' tests call
+:func:`assert_shown_output_is_current` on what they ran; ``scripts/check_example_output.py`` runs
+the examples too large for CI (their blocks show a bigger run) and reports the same.
 """
 
 from __future__ import annotations
