@@ -42,6 +42,8 @@ def stale_lines(shown: str, printed: Sequence[str]) -> List[str]:
     stale = []
     for line in shown.splitlines():
         want = _normal(line)
+        if not want:  # a blank line only spaces the block (one run per model prints none)
+            continue
         if want.endswith("..."):
             found = any(out.startswith(want[:-3]) for out in remaining)
         else:
