@@ -43,7 +43,8 @@ RELAY_ONLY: Tuple[str, ...] = (
     "examples/_common/relay_byoc.py",
 )
 #: Needs TVM 0.27 (Relax) or the tools only the Relax environment installs from the ``test``
-#: extra: mypy (test_typecheck), codespell (test_codespell), onnxruntime and Relax (test_examples).
+#: extra: mypy (test_typecheck), codespell (test_codespell), onnxruntime and Relax (test_examples),
+#: Sphinx and the Relax API (test_docs).
 RELAX_ONLY: Tuple[str, ...] = (
     "tests/relax",
     "fold_guard/relax",
@@ -53,6 +54,7 @@ RELAX_ONLY: Tuple[str, ...] = (
     "tests/test_typecheck.py",
     "tests/test_codespell.py",
     "tests/test_examples.py",
+    "tests/test_docs.py",
 )
 
 

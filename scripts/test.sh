@@ -8,6 +8,9 @@
 #          tests), and Model Explorer's pure-Python package without its adapter (the node-data
 #          tests read every file through its dataclasses). The TVM-free tests (tests/core, the
 #          doctests outside the adapters) run here only: they do not depend on the TVM beside them.
+#          The documentation site is built (Sphinx, -W), its Python blocks run and Chromium opens
+#          it here too (tests/test_docs.py), as are the release files (tests/test_release.py) and
+#          apache-tvm-tirx beside apache-tvm (tests/test_tvm_cores.py, a venv of its own).
 #   relay: Relay (tests/relay, fold_guard/relay's doctests). Python 3.10, .venv310,
 #          tests/relay/requirements.txt (hhb-tvm 3.2.3 = TVM 0.16 with Relay and QNN, and
 #          fold_guard's plain dependencies), then fold_guard itself with `pip install --no-deps

@@ -16,7 +16,16 @@ def test_codespell_finds_no_misspelling() -> None:
         pytest.fail("codespell is not installed: install the test extra, pip install -e '.[test]'")
     targets = [
         str(ROOT / name)
-        for name in ("fold_guard", "tests", "examples", "bench", "README.md", "RFC.md")
+        for name in (
+            "fold_guard",
+            "tests",
+            "examples",
+            "bench",
+            "docs",
+            "README.md",
+            "RFC.md",
+            "CHANGELOG.md",
+        )
         if (ROOT / name).exists()
     ]
     result = subprocess.run([codespell, *targets], capture_output=True, text=True, cwd=ROOT)

@@ -1,4 +1,5 @@
-"""The built-in example runs as the README says, and prints what it claims.
+"""The built-in example runs as the README says, and prints what it claims; the output
+examples/README.md shows for each script run here is what it prints today (timings aside).
 
 ``examples/qdq_cnn.py``, the README's command, runs as a user runs it: a subprocess. The other
 examples run as ``__main__`` in this process (``support.inprocess.run_example``), which spares
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.example_output import assert_shown_output_is_current
 from support.inprocess import run_example
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +31,7 @@ def test_qdq_example_keeps_weight_patterns_and_matches_onnxruntime() -> None:
         timeout=600,
     )
     assert result.returncode == 0, result.stderr
+    assert_shown_output_is_current("qdq_cnn.py", result.stdout)
     rows = {
         match.group(1).strip(): (int(match.group(2)), int(match.group(3)), match.group(4))
         for match in re.finditer(
@@ -53,6 +56,7 @@ def _run_example(name: str) -> str:
 
 def test_frontend_annotation_example_keeps_every_weight_pattern_through_stock_folding() -> None:
     out = _run_example("frontend_annotation.py")
+    assert_shown_output_is_current("frontend_annotation.py", out)
     rows = {
         (match.group(1), match.group(2)): (int(match.group(3)), int(match.group(4)), match.group(5))
         for match in re.finditer(
@@ -83,6 +87,7 @@ def test_frontend_annotation_example_keeps_every_weight_pattern_through_stock_fo
 
 def test_backend_partition_example_offloads_every_quantized_op_only_after_fold_guard() -> None:
     out = _run_example("backend_partition.py")
+    assert_shown_output_is_current("backend_partition.py", out)
     paths = ("imported (not folded)", "stock FoldConstant", "fold_guard qdq-accelerator")
     rows = {
         (match.group(1), match.group(2)): (
@@ -115,6 +120,7 @@ def test_backend_partition_example_offloads_every_quantized_op_only_after_fold_g
 
 def test_pytorch_example_keeps_int8_weights_and_matches_pytorch() -> None:
     out = _run_example("frontend_pytorch.py")
+    assert_shown_output_is_current("frontend_pytorch.py", out)
     modules = ("imported", "stock FoldConstant", "fold_guard keep-qdq-weights")
     # model, module, quantize(const), int8 weight DQ, max |out - torch|
     rows = {
@@ -137,6 +143,7 @@ def test_pytorch_example_keeps_int8_weights_and_matches_pytorch() -> None:
 
 def test_tflite_example_imports_every_form_and_keeps_its_weights() -> None:
     out = _run_example("frontend_tflite.py")
+    assert_shown_output_is_current("frontend_tflite.py", out)
     assert "int8-dequantize      TVM's from_tflite: fails: KeyError 'conv/weight_int8'" in out
     modules = ("stock FoldConstant", "fold_guard keep-qdq-weights")
     # model, module, weights, constant bytes, max |out - numpy|
@@ -166,6 +173,7 @@ def test_tflite_example_imports_every_form_and_keeps_its_weights() -> None:
 
 def test_requantize_chain_example_folds_each_chain_to_one_int8_constant() -> None:
     out = _run_example("requantize_chains.py")
+    assert_shown_output_is_current("requantize_chains.py", out)
     assert out.count("folded [fold-requantize-chain]") == 2
     # module, quantize calls, dequantize calls, DQ(int8 const), max |out - onnxruntime|
     rows = {

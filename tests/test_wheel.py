@@ -9,30 +9,13 @@ The models and backends the examples, benchmarks and tests share live in ``examp
 from __future__ import annotations
 
 import ast
-import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 from typing import Iterator
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-#: Never copied: environments, caches and earlier build output (a stale build/lib would end up in
-#: the wheel and hide what this checks).
-_NOT_SOURCE = (
-    ".git",
-    ".venv*",
-    "build",
-    "dist",
-    "*.egg-info",
-    "__pycache__",
-    ".*_cache",
-    ".hypothesis",
-    "*.onnx",
-)
+from support.checkout import ROOT, copy_checkout
 
 #: Modules the installed package must never import: the fixtures (``_common``, ``support``) and
 #: packages that are test or example dependencies only.
@@ -49,8 +32,7 @@ _NOT_DEPENDENCIES = {
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
-    source = tmp_path_factory.mktemp("source") / "fold_guard"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+    source = copy_checkout(tmp_path_factory.mktemp("source") / "fold_guard")
     out = tmp_path_factory.mktemp("wheel")
     result = subprocess.run(
         [

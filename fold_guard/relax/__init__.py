@@ -8,8 +8,13 @@ is harmless) and teaches TVMScript to parse ``R.fold_barrier(x)`` / ``R.fold_all
 ['FoldConstant', 'FoldResult', 'ReleaseBarriers']
 """
 
+# Never import tvm next to tvm_tirx (apache-tvm-tirx): the process would abort; say so instead.
+from .._tvm_cores import check_no_second_core as _check_no_second_core
+
+_check_no_second_core()
+
 # Importing _compat refuses a TVM release this adapter does not know (UnsupportedIRError).
-from ._compat import register_errors_with_ffi as _register_errors_with_ffi
+from ._compat import register_errors_with_ffi as _register_errors_with_ffi  # noqa: E402
 
 _register_errors_with_ffi()
 

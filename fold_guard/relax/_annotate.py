@@ -15,6 +15,7 @@ from .._core.planner import plan_folds
 from .._core.registry import PolicySpec
 from .._core.report import StepTimer
 from .._serial import serialized
+from . import _compat
 from ._ledger import attach_ledger
 from ._ops import fold_allow, fold_barrier
 from ._pass import analyse
@@ -149,7 +150,7 @@ class _Annotator(PyExprMutator):
         fill = self.builder_.emit(
             fold_barrier(relax.const(_FILL_VALUE[op_name], dtype)), f"{var.name}_fill"
         )
-        return relax.op.full(call.args[0], fill, dtype)
+        return relax.op.full(call.args[0], fill, dtype=dtype)
 
 
 def _replace_argument(call: relax.Call, old: relax.Expr, new: relax.Expr) -> relax.Call:
@@ -168,4 +169,4 @@ def _replace_argument(call: relax.Call, old: relax.Expr, new: relax.Expr) -> rel
         return arg
 
     args = [swap(arg) for arg in call.args]
-    return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
+    return _compat.rebuild_call(call, args)

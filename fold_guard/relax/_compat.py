@@ -2,9 +2,40 @@
 
 Relax changed names between releases (``relax.Constant`` became ``tvm.ir.GenericConst``,
 ``struct_info`` became ``ty``, ``name_hint`` became ``name``). The adapter reads those names
-through the accessors below, so they are the first thing to change for another release; the
+through the accessors below, and builds the IR it writes (calls, constants, source positions)
+through the constructors below, so they are the first thing to change for another release; the
 stock pass's rules (``_stock``), the legalization and build calls (``_legalize``, ``_engine``)
 and the ops' registration (``_ops``) need a look too.
+
+**The next release (0.28), as apache/tvm's main branch has it.** Read on main after the 0.27
+release (the commits are the search index's stored versions of each file; none is in a release
+yet):
+
+- Source positions: ``tvm.ir.Span`` is gone; every node has ``loc``, a ``tvm.ir.Location``
+  (``python/tvm/ir/location.py`` at 409352e68e84: ``Location``, ``UnknownLoc``, ``SourceLoc``,
+  the shared ``UNKNOWN_LOC``), and constructors default to ``UNKNOWN_LOC`` instead of ``None``.
+  Here: :data:`POSITION_FIELD` (``"span"`` -> ``"loc"``), read by :func:`position_of` and passed by
+  :func:`make_call` only when there is one.
+- Calls: ``tvm.ir.Call(op, args, attrs=None, ty_args=None, loc=UNKNOWN_LOC, ty=None)``
+  (``python/tvm/ir/expr.py`` at 409352e68e84); 0.27's ``relax.Call`` has ``span`` and ``ret_ty``
+  there. Here: :func:`make_call` / :func:`rebuild_call` pass every argument after ``args`` by
+  keyword, so only :data:`POSITION_FIELD` and :data:`RESULT_TYPE_KEYWORD` (``"ret_ty"`` ->
+  ``"ty"``) change.
+- Op builders: generated from each Op's registered signature (``_make_op_api`` in
+  ``python/tvm/ir/op.py`` at 01c2f8588c6a): operands positional, then keyword-only ``attrs``,
+  ``ty_args``, ``loc``, ``ty``, and every attribute by keyword (a positional attribute would be
+  taken for an operand). The adapter passes attributes by keyword (``relax.op.full(shape, fill,
+  dtype=...)``), which 0.27 accepts too.
+- ``call_tir``: ``relax.op.call_tir(func, args, *, ty_args, ...)`` (``python/tvm/relax/op/base.py``
+  at 01c2f8588c6a); 0.27 has ``call_tir(gvar, args, out_ty)``. The output type of a call_tir is
+  still its ``ty_args[0]``: :func:`call_tir_output_type`.
+- Constants: ``GenericConst(value, ty, loc)`` on main (``python/tvm/ir/expr.py`` at
+  409352e68e84), ``GenericConst(ty, value, loc)`` in apache-tvm-tirx 0.1.0a4
+  (``tvm_tirx/ir/expr.py``), ``GenericConst(value, ty, span)`` in 0.27: :func:`make_generic_const`
+  passes ``value=`` and ``ty=`` by keyword, which all three accept.
+
+A test (``tests/relax/test_compat.py``) checks that no other module of the adapter constructs a
+``relax.Call`` or a ``GenericConst``, or reads ``.span``, itself.
 """
 
 from __future__ import annotations
@@ -31,6 +62,8 @@ from .._versions import major_minor
 
 __all__ = [
     "ERROR_NAMESPACE",
+    "POSITION_FIELD",
+    "RESULT_TYPE_KEYWORD",
     "SUPPORTED_TVM",
     "TVM_VERSION",
     "BuildingFunction",
@@ -39,6 +72,7 @@ __all__ = [
     "TensorType",
     "TupleType",
     "building_function",
+    "call_tir_output_type",
     "check_tvm_version",
     "constant_array",
     "dtype_of",
@@ -46,7 +80,11 @@ __all__ = [
     "handle",
     "has_type",
     "is_constant",
+    "make_call",
     "make_constant",
+    "make_generic_const",
+    "position_of",
+    "rebuild_call",
     "register_errors_with_ffi",
     "remembered",
     "remembering_types",
@@ -116,6 +154,55 @@ def constant_array(const: Any) -> tvm.runtime.Tensor:
 
 def make_constant(array: tvm.runtime.Tensor) -> Any:
     return relax.const(array)
+
+
+def make_generic_const(value: Any, ty: Any) -> Any:
+    """A ``GenericConst`` of ``value`` with type ``ty``, by keyword (the argument order differs
+    between 0.27, main and apache-tvm-tirx; the names do not)."""
+    return Constant(value=value, ty=ty)
+
+
+#: The field of an IR node that holds its source position: ``span`` in 0.27, ``loc`` on main.
+POSITION_FIELD = "span"
+#: ``relax.Call``'s keyword for an explicit result type: ``ret_ty`` in 0.27, ``ty`` on main.
+RESULT_TYPE_KEYWORD = "ret_ty"
+
+
+def position_of(node: Any) -> Any:
+    """Where ``node`` came from in the source (a ``Span`` in 0.27), or None."""
+    return getattr(node, POSITION_FIELD, None)
+
+
+def make_call(
+    op: Any,
+    args: Any,
+    attrs: Any = None,
+    ty_args: Any = None,
+    *,
+    position: Any = None,
+    ty: Any = None,
+) -> Any:
+    """A Relax call; every argument after ``args`` goes by keyword (see the module docstring).
+
+    ``ty`` is the call's result type where the caller knows it (else the normalizer infers it);
+    ``position`` its source position, left to the constructor's default when None.
+    """
+    keywords: Dict[str, Any] = {"attrs": attrs, "ty_args": ty_args}
+    if position is not None:
+        keywords[POSITION_FIELD] = position
+    if ty is not None:
+        keywords[RESULT_TYPE_KEYWORD] = ty
+    return relax.Call(op, list(args), **keywords)
+
+
+def rebuild_call(call: Any, args: Any, *, ty: Any = None) -> Any:
+    """``call`` with new arguments: its op, attributes, type arguments and source position."""
+    return make_call(call.op, args, call.attrs, call.ty_args, position=position_of(call), ty=ty)
+
+
+def call_tir_output_type(call: Any) -> Any:
+    """The output type a ``call_tir`` declares (its first type argument)."""
+    return call.ty_args[0]
 
 
 def type_of(expr: Any) -> Any:

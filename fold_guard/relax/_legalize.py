@@ -170,7 +170,7 @@ def _single_call_tir(mod: tvm.IRModule, request: Request) -> Tuple[Optional[Kern
                 f"legalized call_tir takes {arg}, which is neither an operand nor a constant",
             )
     members = tuple(site.node_id for site in request.members)
-    return KernelSpec(prim_func, tuple(arg_map), value.ty_args[0], members), ""
+    return KernelSpec(prim_func, tuple(arg_map), _compat.call_tir_output_type(value), members), ""
 
 
 def _split_by_shape(members: Sequence[CallSite]) -> List[List[CallSite]]:

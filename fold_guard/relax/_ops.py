@@ -113,11 +113,11 @@ def _lower_barrier_to_view(builder: Any, call: relax.Call) -> relax.Expr:
     if shape is None:
         ndim = getattr(ty, "ndim", -1)
         shape = builder.emit(
-            relax.Call(
+            _compat.make_call(
                 relax.ExternFunc(SHAPE_OF_BUILTIN), [operand], ty_args=[relax.ShapeType(ndim=ndim)]
             )
         )
-    return relax.Call(relax.ExternFunc(VIEW_BUILTIN), [operand, shape], ty_args=[ty])
+    return _compat.make_call(relax.ExternFunc(VIEW_BUILTIN), [operand, shape], ty_args=[ty])
 
 
 def _is_registered(name: str) -> bool:
@@ -177,7 +177,7 @@ def _annotate(op_name: str, expr: relax.Expr) -> relax.Call:
         _compat.has_type(expr) and not isinstance(_compat.type_of(expr), _compat.TensorType)
     ):
         raise non_tensor_operand_error(op_name, expr)
-    return relax.Call(tvm.ir.Op.get(op_name), [expr])
+    return _compat.make_call(tvm.ir.Op.get(op_name), [expr])
 
 
 def fold_barrier(expr: relax.Expr) -> relax.Call:
@@ -201,7 +201,7 @@ def fold_barrier(expr: relax.Expr) -> relax.Call:
     """
     call = _annotate(FOLD_BARRIER_OP, expr)
     if _is_weight_parameter(expr):
-        return relax.Call(call.op, [relax.op.builtin.stop_lift_params(expr)])
+        return _compat.make_call(call.op, [relax.op.builtin.stop_lift_params(expr)])
     return call
 
 

@@ -106,7 +106,7 @@ def make_request(
             return shape_params[-1]
         return arg  # type: ignore[return-value]
 
-    call = relax.Call(
+    call = _compat.make_call(
         site.call.op, [rebuild(a) for a in site.template_args], site.call.attrs, site.call.ty_args
     )
     bb = relax.BlockBuilder()

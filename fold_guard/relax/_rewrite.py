@@ -130,7 +130,7 @@ class _FoldRewriter(PyExprMutator):
             new_args.append(arg)
         if not changed:
             return post
-        return relax.Call(post.op, new_args, post.attrs, post.ty_args, post.span)
+        return _compat.rebuild_call(post, new_args)
 
     def _rebuild_operator_call(self, call: relax.Call) -> Optional[relax.Expr]:
         """``call`` with its arguments rewritten, as TVM's path gives it; None to take that path.
@@ -157,13 +157,8 @@ class _FoldRewriter(PyExprMutator):
             new_args.append(new)
         if not changed:
             return call
-        return relax.Call(
-            op,
-            new_args,
-            call.attrs,
-            call.ty_args,
-            call.span,
-            ret_ty=_compat.type_of(call) if same_types else None,
+        return _compat.rebuild_call(
+            call, new_args, ty=_compat.type_of(call) if same_types else None
         )
 
     def _visit_argument(self, arg: relax.Expr, call: relax.Call) -> Optional[relax.Expr]:

@@ -26,8 +26,13 @@ Public surface:
 ['FoldConstant', 'FoldResult', 'ReleaseBarriers']
 """
 
+# Never import tvm next to tvm_tirx (apache-tvm-tirx): the process would abort; say so instead.
+from .._tvm_cores import check_no_second_core as _check_no_second_core
+
+_check_no_second_core()
+
 # Importing _compat refuses a TVM without Relay, or a release this adapter does not know.
-from ._compat import check_tvm_version as _check_tvm_version
+from ._compat import check_tvm_version as _check_tvm_version  # noqa: E402
 
 _check_tvm_version()
 

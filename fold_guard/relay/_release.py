@@ -58,8 +58,8 @@ def release_barriers(mod: tvm.IRModule) -> tvm.IRModule:
     const>), ...)`` becomes ``qnn.dequantize(<int8 const>, ...)``, and ``qnn.conv2d(x,
     fold_barrier(<int8 const>), ...)`` takes its weight as the constant ``is_constant()``
     matches. Nothing may fold afterwards: prefer :func:`partition`, which also guards the
-    partitioner. The result is type-checked; its functions have new ``GlobalVar``s of the same
-    names (look them up by name).
+    partitioner. The result is type-checked; its functions are bound to new ``GlobalVar``
+    objects of the same names (look them up by name).
 
     Examples
     --------

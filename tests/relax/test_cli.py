@@ -30,6 +30,7 @@ from _common import onnx_models as om
 from support.inprocess import run_cli
 
 import fold_guard.relax as fgr
+from fold_guard import __version__
 from fold_guard.cli import SCHEMA_PATH
 from fold_guard.cli._check import compare_outputs
 from fold_guard.cli._progress import Progress
@@ -284,7 +285,7 @@ def test_version_and_help():
     def console(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=60)
 
-    assert console("--version").stdout.strip() == "fold-guard 0.1.0"
+    assert console("--version").stdout.strip() == f"fold-guard {__version__}"
     for command in ("inspect", "fold", "draw", "policies", "demo"):
         result = console(command, "--help")
         assert result.returncode == 0 and f"usage: fold-guard {command}" in result.stdout
@@ -294,7 +295,7 @@ def test_version_and_help():
 def test_console_script_entry_point():
     script = Path(sys.executable).with_name("fold-guard")
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
-    assert result.stdout.strip() == "fold-guard 0.1.0"
+    assert result.stdout.strip() == f"fold-guard {__version__}"
 
 
 @pytest.mark.slow

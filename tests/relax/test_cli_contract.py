@@ -28,7 +28,7 @@ from tvm.script import relax as R
 
 import _fold_guard_cli
 import fold_guard.relax as fgr
-from fold_guard import policy_registry_scope
+from fold_guard import __version__, policy_registry_scope
 from fold_guard._core.registry import with_budget
 from fold_guard.cli._categories import category_of, selected
 
@@ -323,7 +323,9 @@ def test_help_and_version_import_neither_fold_guard_nor_tvm():
     )
     lines = result.stdout.strip().splitlines()
     assert lines[-1] == "[]", result.stdout + result.stderr
-    assert "fold-guard 0.1.0" in lines[0] and lines.count("exit 0") == 3 and "exit 2" in lines
+    assert (
+        f"fold-guard {__version__}" in lines[0] and lines.count("exit 0") == 3 and "exit 2" in lines
+    )
 
 
 def test_python_m_help_version_and_usage_error_do_not_import_tvm():
@@ -346,7 +348,9 @@ def test_python_m_help_version_and_usage_error_do_not_import_tvm():
     )
     lines = result.stdout.strip().splitlines()
     assert lines[-1] == "[]", result.stdout + result.stderr
-    assert "fold-guard 0.1.0" in lines[0] and lines.count("exit 0") == 3 and "exit 2" in lines
+    assert (
+        f"fold-guard {__version__}" in lines[0] and lines.count("exit 0") == 3 and "exit 2" in lines
+    )
     # A command that runs still gets the Relax adapter (and so TVM).
     result = subprocess.run(
         [sys.executable, "-m", "fold_guard", "policies"],

@@ -191,7 +191,7 @@ def _as_stock_sees_it(name: str, site: CallSite, operands: Sequence[Any]) -> rel
         return arg  # type: ignore[return-value]
 
     args = [rebuild(a) for a in site.template_args]
-    call = relax.Call(site.call.op, args, site.call.attrs, site.call.ty_args)
+    call = _compat.make_call(site.call.op, args, site.call.attrs, site.call.ty_args)
     builder = relax.BlockBuilder()
     with builder.function(name, shape_params, private=True):
         with builder.dataflow():

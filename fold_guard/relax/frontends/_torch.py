@@ -171,7 +171,7 @@ class _Call:
             )
         # PyTorch quantizes float16 / bfloat16 input in float32.
         if _dtype(x) in _HALF_FLOATS:
-            x = self.bb.emit(relax.op.astype(x, "float32"))
+            x = self.bb.emit(relax.op.astype(x, dtype="float32"))
         quantized = self.bb.emit(
             relax.op.quantize(
                 x, self.scale(scale), self.zero_point(zero_point), axis=axis, out_dtype=dtype
@@ -202,13 +202,15 @@ class _Call:
         if target == "float32":
             return dequantized
         # PyTorch computes in float32 and then casts (Relax's float16 dequantize would clip).
-        return self.bb.emit(relax.op.astype(dequantized, target))
+        return self.bb.emit(relax.op.astype(dequantized, dtype=target))
 
     def scale(self, value: Any) -> relax.Expr:
         if isinstance(value, (int, float)):
             return relax.const(float(value), "float32")
         return (
-            value if _dtype(value) == "float32" else self.bb.emit(relax.op.astype(value, "float32"))
+            value
+            if _dtype(value) == "float32"
+            else self.bb.emit(relax.op.astype(value, dtype="float32"))
         )
 
     def zero_point(self, value: Optional[Any]) -> relax.Expr:
@@ -216,7 +218,11 @@ class _Call:
             return relax.const(0, "int32")
         if isinstance(value, int):
             return relax.const(value, "int32")
-        return value if _dtype(value) == "int32" else self.bb.emit(relax.op.astype(value, "int32"))
+        return (
+            value
+            if _dtype(value) == "int32"
+            else self.bb.emit(relax.op.astype(value, dtype="int32"))
+        )
 
 
 def _dtype(expr: Any) -> str:
