@@ -93,7 +93,9 @@ def _quick_quantize(site: CallSite) -> bool:
 
 def _no_nan_quotient(site: CallSite, values: Sequence[np.ndarray]) -> bool:
     data, scale = values[:2]
-    return not np.isnan(data).any() and bool(np.isfinite(scale).all() and (scale != 0).all())
+    # the minimum is NaN exactly when an element is (NumPy propagates NaN): one pass, no mask
+    no_nan = not data.size or not np.isnan(np.min(data))
+    return no_nan and bool(np.isfinite(scale).all() and (scale != 0).all())
 
 
 #: Integer types NumPy holds too (the guards read values with NumPy; no sub-byte types).
