@@ -206,6 +206,13 @@ FILLS: dict[str, Callable[[], relax.Expr]] = {
     "zeros": lambda: relax.op.zeros((8, 8), "float32"),
     "ones_like": lambda: relax.op.ones_like(_c(I8)),
     "full of a 0-d literal": lambda: relax.op.full((3, 3), _c(np.int32(-5))),
+    # values stock's legalizers compile in specially (``_stock.value_shapes_kernel``): stored
+    # as immediates, they are still these bits
+    "full of a 0-d 1.0": lambda: relax.op.full((2, 5), _c(np.float32(1.0))),
+    "broadcast_to of a 0-d -0.0": lambda: relax.op.broadcast_to(
+        _c(np.float32(-0.0)), relax.ShapeExpr([4, 2])
+    ),
+    "full_like of a 0-d -1.0": lambda: relax.op.full_like(_c(W), _c(np.float32(-1.0))),
 }
 #: calls that look close but are not fills (each still folds to stock's bytes)
 NOT_FILLS: dict[str, Callable[[], relax.Expr]] = {

@@ -12,7 +12,9 @@ cannot compute either (its kernel fails, as stock's would) becomes "evaluation f
 deliberate exception is a copy whose result the stock kernel leaves undefined
 (``host.UndefinedResultError``): that call is kept, as documented, instead of folding garbage.
 A call whose stock kernel is built around one of its 0-d operands' values (``strategy``'s
-``STOCK`` way) is computed by the reference engine too, by design: not a fallback.
+``STOCK`` way) is computed by the reference engine too, by design: not a fallback. A fill that
+only other fills read stays a ``fills.LazyFill`` and is dropped unwritten; should anything read
+it after all (a consumer rerun on the reference engine), it is computed then.
 
 This engine assembles its operands, allocates its outputs and records its failures itself: it
 shares no helper with the reference engine it is compared with.
