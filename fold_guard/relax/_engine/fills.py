@@ -64,7 +64,7 @@ def fill_scalar(
     ``movement`` is what its kernel does (None: it computes); ``fills`` the scalars of the nodes
     already known to be fills.
     """
-    if movement is None or not movement.fills:
+    if movement is None:
         return None
     scalars: List[np.ndarray] = []
     for position in movement.sources:
@@ -89,7 +89,7 @@ def fill_scalar(
         return None
     if any(str(out.dtype) != str(scalars[0].dtype) for out in node.outputs):
         return None
-    return scalars[0]
+    return scalars[0] if movement.fills else None  # the coverage walk last: it costs most
 
 
 def _leaf_scalar(

@@ -29,25 +29,33 @@ The walk reads node fields by name (``_unwritten`` does the same), so it needs n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Any, FrozenSet, List, Optional, Set, Tuple
 
 __all__ = ["Movement", "moves_data", "read_movement"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Movement:
     """What a data-movement kernel does (see the module docstring).
 
     ``sources``: positions of the parameters whose loads are stored (not those read only as
-    indices); ``immediates``: the ``(dtype, value)`` of every immediate stored; ``fills``:
-    every output element is written exactly once, each from a plain load at an index that
-    reads no tensor or from an immediate, with no cast.
+    indices); ``immediates``: the ``(dtype, value)`` of every immediate stored. :attr:`fills`
+    is read only when asked (the coverage walk is the costly part, and only a call whose
+    sources all hold one bit pattern needs it).
     """
 
     sources: FrozenSet[int]
     immediates: Tuple[Tuple[str, object], ...]
-    fills: bool
+    _reader: Any = field(repr=False)
+    _body: Any = field(repr=False)
+
+    @functools.cached_property
+    def fills(self) -> bool:
+        """Every output element is written exactly once, each from a plain load at an index
+        that reads no tensor, or from an immediate, with no cast."""
+        return bool(self._reader.plain and self._reader.covers_outputs(self._body))
 
 
 _INTEGER_PREFIXES = ("int", "uint", "bool")
@@ -307,21 +315,41 @@ def _reads_tensor(expr: Any) -> bool:
         kind = type(node).__name__
         if kind in ("BufferLoad", "TensorLoad"):
             return True
-        for field in ("a", "b", "value", "condition", "true_value", "false_value"):
-            child = getattr(node, field, None)
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, name, None)
             if child is not None and not isinstance(child, (int, float, str)):
                 stack.append(child)
         stack.extend(getattr(node, "args", ()) if kind == "Call" else ())
     return False
 
 
+def _first_store(stmt: Any) -> Any:
+    """The first ``BufferStore`` down the first branch of ``stmt``, or None."""
+    node = stmt
+    for _ in range(64):
+        kind = type(node).__name__
+        if kind == "BufferStore":
+            return node
+        if kind == "SeqStmt":
+            node = node.seq[0] if len(node.seq) else None
+        elif kind in ("SBlockRealize", "BlockRealize"):
+            node = node.block
+        else:
+            node = getattr(node, "body", None)
+        if node is None:
+            return None
+    return None
+
+
 def read_movement(prim_func: Any) -> Optional[Movement]:
     """What ``prim_func`` does if it only moves data, else None (see the module docstring)."""
     reader = _Reader(list(prim_func.params))
+    first = _first_store(prim_func.body)
+    if first is not None and not _Reader(reader.params).value(first.value):
+        return None  # most kernels that compute say so in their first store: no full walk
     if not reader.stmt(prim_func.body, ()):
         return None
-    fills = reader.plain and reader.covers_outputs(prim_func.body)
-    return Movement(frozenset(reader.sources), tuple(reader.immediates), fills)
+    return Movement(frozenset(reader.sources), tuple(reader.immediates), reader, prim_func.body)
 
 
 def moves_data(prim_func: Any) -> bool:
