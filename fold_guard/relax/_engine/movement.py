@@ -69,7 +69,7 @@ _LIKELY = "likely"
 
 def _dtype(expr: Any) -> str:
     """The scalar type of a TIR expression (its ``PrimType``; "" for anything else)."""
-    ty = getattr(expr, "ty", None)
+    ty: Any = getattr(expr, "ty", None)
     return str(ty.dtype) if type(ty).__name__ == "PrimType" else ""
 
 
