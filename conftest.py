@@ -166,7 +166,9 @@ def pytest_report_header() -> List[str]:
 
 
 #: pyproject's default selection (its addopts): plain ``pytest`` is the fast lane.
-FAST_LANE = "not slow and not stock and not model_explorer and not conformance"
+FAST_LANE = (
+    "not slow and not stock and not model_explorer and not conformance and not model_zoo_large"
+)
 
 
 def pytest_terminal_summary(
@@ -176,7 +178,7 @@ def pytest_terminal_summary(
     if config.getoption("markexpr", "") == FAST_LANE and deselected:
         terminalreporter.write_line(
             f"fold_guard: fast lane ({deselected} deselected): tests marked slow, stock, "
-            "model_explorer or conformance are left out; bash scripts/test.sh (the full lane) adds "
+            "model_explorer, conformance or model_zoo_large are left out; bash scripts/test.sh (the full lane) adds "
             "the slow ones, bash scripts/test.sh stock the stock canaries, -m '' selects every test"
         )
     # Repeated at the end: the header scrolls away, and a smaller count than expected should be

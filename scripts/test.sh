@@ -32,7 +32,10 @@
 #         smoke lane per Python, each as soon as a core is free (two lanes at a time). Every
 #         test but the `stock` canaries (see stock), the model-explorer lane and the whole ONNX
 #         node-test corpus (`pytest -m conformance`, minutes; the full lane runs its sample, marked
-#         slow); hypothesis's `ci` profile (conftest.py: a quarter of each property test's
+#         slow), and the three large model-zoo CNNs of the onnx wheel (`pytest -m model_zoo_large
+#         tests/relax/test_onnx_zoo.py`: alexnet, zfnet512, vgg19, 233-548 MiB of weights once
+#         folded, stock's fold of each several seconds and about 1.5 GiB; the full lane runs the
+#         six smaller ones, marked slow); hypothesis's `ci` profile (conftest.py: a quarter of each property test's
 #         examples, derandomized); the 30 slowest tests of each run listed. A clean clone's
 #         `CI=true bash .ci/run` on the idle 2-core machine (2026-12-06): 793 s in all; setup
 #         60 s (both environments side by side, pip's cache warm), then Relax 647 s (1,555
@@ -40,7 +43,7 @@
 #         each), 3.14 skipped.
 #   fast  (for development; the same selection plain `pytest` makes in either environment):
 #         pyproject's addopts leave out the tests marked `slow` (whole models, seconds each),
-#         `stock`, `model_explorer` and `conformance`. No lint step, no smoke lane; an environment that already
+#         `stock`, `model_explorer`, `conformance` and `model_zoo_large`. No lint step, no smoke lane; an environment that already
 #         exists is used as it is (delete it, or run the full lane, to re-install).
 #   stock the canaries of TVM's own behaviour (`-m stock`: the stock passes and the corpora's
 #         records of them, no fold_guard code under test; 137 + 351 tests, 59 s + 74 s). Both TVMs
@@ -224,8 +227,8 @@ recorded_tvm() {  # suite -> what tests/stock_tvm.txt records for it (empty if n
 }
 
 # Each lane's pytest selection. The full lane: every test but the stock canaries (unless this
-# environment's TVM is not the one they last passed on), the model_explorer lane and the whole
-# conformance corpus.
+# environment's TVM is not the one they last passed on), the model_explorer lane, the whole
+# conformance corpus and the large model-zoo CNNs.
 declare -A SELECTION=()
 NOTES=()
 choose_selection() {  # suite
@@ -237,9 +240,9 @@ choose_selection() {  # suite
             installed="$(installed_tvm "$suite")"
             recorded="$(recorded_tvm "$suite")"
             if [ "$installed" = "$recorded" ]; then
-                SELECTION[$suite]="not stock and not model_explorer and not conformance"
+                SELECTION[$suite]="not stock and not model_explorer and not conformance and not model_zoo_large"
             else
-                SELECTION[$suite]="not model_explorer and not conformance"
+                SELECTION[$suite]="not model_explorer and not conformance and not model_zoo_large"
                 NOTES+=("$suite: $installed is not the ${recorded:-(nothing)} tests/stock_tvm.txt records: the stock canaries ran too; once they pass, record it with: bash scripts/test.sh stock $suite")
             fi
             ;;
@@ -288,7 +291,7 @@ run_smoke() {  # version
     if "$python" -m venv "$venv" && editable_install "$venv" -e ".[examples]" pytest hypothesis &&
         "${ONE_CORE[@]}" "$venv/bin/python" -m pytest "${SMOKE_TESTS[@]}" fold_guard \
             --junitxml="$RESULTS/smoke-$version.xml" --hypothesis-profile=ci \
-            -m "not stock and not model_explorer and not conformance" --durations=10; then
+            -m "not stock and not model_explorer and not conformance and not model_zoo_large" --durations=10; then
         echo passed >"$RESULTS/smoke-$version.status"
     else
         echo failed >"$RESULTS/smoke-$version.status"

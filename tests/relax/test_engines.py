@@ -38,6 +38,7 @@ except ImportError:  # tests/ is not a package: pytest puts tests/relax on sys.p
 MECHANISMS = {
     "host_copies": False,
     "quick_builds": False,
+    "fills": False,
     "row_blocks": False,
     "striped_transposes": False,
     "pool_warm_up": False,
@@ -105,7 +106,10 @@ def test_nan_from_a_kernel_shared_between_shapes_has_the_reference_bits(tmp_path
 def _mechanism_calls(weight_shape, seed: int):
     """Calls that use every mechanism: a transpose NumPy copies (in stripes when the weight is
     1024 x 2048), Q/DQ at -O0 with a guard, a 16 MiB dequantize in row blocks on the pool (a
-    smaller one of the same signature makes its kernel symbolic, so it can split), and exp."""
+    smaller one of the same signature makes its kernel symbolic, so it can split), exp, and
+    fills: a 16 MiB ``broadcast_to`` of a one-element constant written in parts on the pool, read
+    by a transpose (a fill too) and by exp (a kernel), and one only a transpose reads (never
+    written); a ``concat`` of non-uniform parts is a data-movement kernel at -O0."""
     rng = np.random.default_rng(seed)
 
     def calls():
@@ -114,8 +118,15 @@ def _mechanism_calls(weight_shape, seed: int):
         scale, zero = relax.const(np.float32(0.02)), relax.const(np.int8(0))
         q = relax.op.quantize(relax.const(weight), scale, zero, axis=0)
         table_scale, table_zero = relax.const(np.float32(0.03)), relax.const(np.int8(1))
+        seed_value = relax.const(np.array([0.25], "float32"))
+        filled = relax.op.broadcast_to(seed_value, relax.ShapeExpr([2048, 2048]))
+        lazy = relax.op.broadcast_to(seed_value, relax.ShapeExpr([64, 32]))
         return [
             relax.op.permute_dims(relax.const(weight)),
+            relax.op.permute_dims(filled),
+            relax.op.exp(filled),
+            relax.op.permute_dims(lazy),
+            relax.op.concat([relax.const(weight), relax.const(weight)], axis=0),
             relax.op.dequantize(q, scale, zero, axis=0),
             relax.op.dequantize(relax.const(table), table_scale, table_zero, axis=1),
             relax.op.dequantize(relax.const(table[:4096]), table_scale, table_zero, axis=1),
@@ -167,6 +178,7 @@ def _boom(*args: object, **kwargs: object) -> object:
 #: Per fast mechanism: the (module, name) to replace with a function that raises.
 FAULTS = {
     "host copy": (fast, "run_host"),
+    "fill": (fast, "fill_parts"),
     "kernel build": (library.tvm.tirx, "build"),
     "row blocks": (row_blocks.RowBlocks, "arguments"),
     "guard": (strategy.Strategy, "target_for"),

@@ -14,8 +14,9 @@ Two engines answer the interface:
   enough to check against the stock pass by eye; the oracle the tests compare the fast engine
   with, bit for bit, and the switch to flip (``reference_engine=True``) when a TVM or LLVM
   upgrade breaks a trick.
-* ``fast``: kernels shared per op signature, built in one batch (``-O0`` where exact), cached on
-  disk, data movement copied by NumPy, a level's large calls on threads. Each mechanism can be
+* ``fast``: kernels shared per op signature, built in one batch (``-O0`` where exact: data
+  movement read from the TIR, some arithmetic), cached on disk, fills of one value written
+  without a kernel, data movement copied by NumPy, a level's large calls on threads. Each mechanism can be
   switched off here, and a fault in any of them reruns that call on the reference engine.
 """
 

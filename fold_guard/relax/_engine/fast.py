@@ -12,7 +12,9 @@ cannot compute either (its kernel fails, as stock's would) becomes "evaluation f
 deliberate exception is a copy whose result the stock kernel leaves undefined
 (``host.UndefinedResultError``): that call is kept, as documented, instead of folding garbage.
 A call whose stock kernel is built around one of its 0-d operands' values (``strategy``'s
-``STOCK`` way) is computed by the reference engine too, by design: not a fallback.
+``STOCK`` way) is computed by the reference engine too, by design: not a fallback. A fill that
+only other fills read stays a ``fills.LazyFill`` and is dropped unwritten; should anything read
+it after all (a consumer rerun on the reference engine), it is computed then.
 
 This engine assembles its operands, allocates its outputs and records its failures itself: it
 shares no helper with the reference engine it is compared with.
@@ -33,6 +35,7 @@ from ..._core.planner import FoldPlan, evaluation_error
 from .. import _compat
 from .._sites import CallSite, KernelSpec
 from .cache import KernelCache
+from .fills import FILL_PARTS_MIN_BYTES, LazyFill, fill_parts
 from .host import UndefinedResultError, run_host
 from .interface import EngineOptions, EngineStats, Values
 from .library import KernelLibrary
@@ -70,6 +73,7 @@ class FastEngine:
         )
         self._library = KernelLibrary(cache, options.threads, self.stats)
         self._strategies: Dict[int, Strategy] = {}
+        self._lazy: Set[int] = set()
         #: (id of a KernelSpec, target) -> its compiled function (the spec lives in _kernels)
         self._functions: Dict[Tuple[int, str], Any] = {}
 
@@ -99,6 +103,14 @@ class FastEngine:
         # computed this round or held from an earlier one (a consumer whose own value was
         # dropped has still been evaluated)
         evaluated: Set[int] = set(values)
+        # fills that only fills read, and nothing after them: never written (``fills``)
+        self._lazy = {
+            node_id
+            for node_id, strategy in self._strategies.items()
+            if strategy.way is Way.FILL
+            and node_id in release
+            and all(self._way(consumer) is Way.FILL for consumer in release[node_id])
+        }
         faults: Dict[int, Exception] = {}
 
         def finished(call: Call, outcome: Outcome) -> None:
@@ -128,7 +140,25 @@ class FastEngine:
                             values[node.id] = outputs
                             evaluated.add(node.id)
                             drop_unneeded(node, release, evaluated, values)
+        # a lazy fill still held is read after all (a consumer failed, so the re-plan keeps it)
+        for node_id, outputs in values.items():
+            if any(isinstance(value, LazyFill) for value in outputs):
+                values[node_id] = [_written(value) for value in outputs]
         return failures
+
+    def _unlazy(self, node: FoldNode, values: Values) -> None:
+        """The lazy fills ``node`` reads, computed by the reference engine (theirs first)."""
+        for inp in node.inputs:
+            if inp.kind is not InputKind.NODE or inp.source not in values:
+                continue
+            if any(isinstance(value, LazyFill) for value in values[inp.source]):
+                source = self._graph.nodes[inp.source]
+                self._unlazy(source, values)
+                values[inp.source] = self._reference.compute(source, values)
+
+    def _way(self, node_id: int) -> Optional[Way]:
+        strategy = self._strategies.get(node_id)
+        return strategy.way if strategy is not None else None
 
     def _fall_back(
         self,
@@ -143,6 +173,7 @@ class FastEngine:
             _fail(node, fault, failures, strict)
             return None
         try:
+            self._unlazy(node, values)  # the reference engine reads tensors
             outputs = self._reference.compute(node, values)
         except Exception as err:  # noqa: BLE001 - the call fails as stock's would: recorded
             _fail(node, err, failures, strict)
@@ -160,6 +191,9 @@ class FastEngine:
         strategy = self._strategies.get(node.id)
         if strategy is None:
             raise LookupError(f"no strategy for {node.label} = {node.op}")
+        nbytes = sum(info.nbytes or 0 for info in node.outputs)
+        if strategy.way is Way.FILL:  # reads no operand: a lazy one stays unwritten
+            return self._fill(node, strategy, nbytes)
         leaves = self._operands(node, site, values)
         if strategy.way in (Way.OPERAND, Way.SHAPE):
             outputs = self._reference.compute(node, values)  # no kernel: nothing to speed up
@@ -168,7 +202,6 @@ class FastEngine:
             strategy.scalars_checked and needs_stock_kernel(site, leaves)
         ):
             raise _StockKernel(f"{node.label} = {node.op}: a 0-d operand is compiled in")
-        nbytes = sum(info.nbytes or 0 for info in node.outputs)
         if strategy.way is Way.HOST_COPY:
             host, striped = strategy.host, self._options.striped_transposes
             assert host is not None, "a host-copy strategy names its copy"
@@ -200,16 +233,41 @@ class FastEngine:
 
         return Call(node, start, nbytes, len(blocks.bounds) if blocks is not None else 1)
 
+    def _fill(self, node: FoldNode, strategy: Strategy, nbytes: int) -> Call:
+        """``node`` as a fill: a :class:`LazyFill` if only fills read it, else written in parts."""
+        scalar = strategy.scalar
+        assert scalar is not None, "a fill strategy names its bits"
+        shapes = [tuple(int(d or 0) for d in info.shape or ()) for info in node.outputs]
+        if node.id in self._lazy:
+            lazy: List[object] = [LazyFill(scalar, shape) for shape in shapes]
+            return Call(node, lambda: [lambda: lazy])
+        threads = self._options.threads
+
+        def start() -> List[Any]:
+            outputs = _empty(node.outputs)
+            writes = [part for out in outputs for part in fill_parts(out, scalar, threads)]
+            if not writes:
+                return [lambda: outputs]
+            return [partial(_write_part, write, outputs) for write in writes]
+
+        parts = len(node.outputs) * (threads if nbytes >= FILL_PARTS_MIN_BYTES else 1)
+        return Call(node, start, nbytes, parts)
+
     def _operands(self, node: FoldNode, site: CallSite, values: Values) -> List[Any]:
         """Per operand of ``site``: the tensor of its constant, else of the node it reads."""
-        return [
-            _compat.constant_array(constant)
-            if constant is not None
-            else values[inp.source][0]
-            if inp.kind is InputKind.NODE
-            else None
-            for constant, inp in zip(site.leaf_constants, node.inputs)
-        ]
+        operands: List[Any] = []
+        for constant, inp in zip(site.leaf_constants, node.inputs):
+            if constant is not None:
+                operands.append(_compat.constant_array(constant))
+            elif inp.kind is InputKind.NODE:
+                value = values[inp.source][0]
+                if isinstance(value, LazyFill):  # decided lazy, read after all: write it now
+                    values[inp.source] = [_written(v) for v in values[inp.source]]
+                    value = values[inp.source][0]
+                operands.append(value)
+            else:
+                operands.append(None)
+        return operands
 
 
 class _StockKernel(Exception):
@@ -226,6 +284,17 @@ def _fail(node: FoldNode, err: BaseException, failures: Dict[int, str], strict: 
     text = failures[node.id] = str(f"{type(err).__name__}: {err}").split("\n", 1)[0]
     if strict:
         raise evaluation_error(node, text) from err
+
+
+def _written(value: object) -> object:
+    """``value`` as a tensor: a :class:`LazyFill` written out, anything else as it is."""
+    return value.materialize() if isinstance(value, LazyFill) else value
+
+
+def _write_part(write: Any, outputs: Sequence[object]) -> List[object]:
+    """Write one part of a fill; return the call's outputs."""
+    write()
+    return list(outputs)
 
 
 def _run_kernel(

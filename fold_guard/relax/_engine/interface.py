@@ -25,7 +25,10 @@ class EngineOptions:
     ``threads``: how many threads build kernels and run a level's large calls (1: none).
     ``cache_dir``: the persistent kernel cache's directory, or None for no cache.
     ``host_copies``: data movement (reshape, transpose, gather...) copied by NumPy.
-    ``quick_builds``: kernels built at LLVM ``-O0`` where exact, with value guards.
+    ``quick_builds``: kernels built at LLVM ``-O0`` where exact (data movement, by its TIR;
+    some arithmetic, with value guards).
+    ``fills``: a call whose every element has one bit pattern written without a kernel, or not
+    at all where only other fills read it (``fills``).
     ``row_blocks``: a large quantize / dequantize split into row blocks over the threads.
     ``striped_transposes``: a large 2-D transpose copy done in cache-friendly stripes.
     ``pool_warm_up``: every pool thread started with the first large call (``run.Pool``).
@@ -37,6 +40,7 @@ class EngineOptions:
     cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     host_copies: bool = True
     quick_builds: bool = True
+    fills: bool = True
     row_blocks: bool = True
     striped_transposes: bool = True
     pool_warm_up: bool = True

@@ -9,9 +9,12 @@ comparison, min or max that meets a NaN. (A symbolic ``astype(300.0, "int8")`` k
 where stock's gives 127.) A kernel that can meet none of these computes at ``-O0`` the bits
 stock's ``-O3`` kernel computes.
 
-``-O0`` compiles several times faster and its code runs slower (``bench/README.md`` has the
-figures), so it is chosen only where compiling is the larger cost: a kernel whose calls read
-and write at most :data:`QUICK_BUILD_MAX_BYTES` together. A warm fold, which compiles nothing,
+A kernel that only moves data (loads, stores, integer selects, exact casts: ``movement``)
+computes nothing a level could change, and runs at memory speed at either level: it is built at
+``-O0`` whatever its op and size. For arithmetic, ``-O0`` compiles several times faster and its
+code runs slower (``bench/README.md`` has the figures), so it is chosen only where compiling is
+the larger cost: a kernel whose calls read and write at most :data:`QUICK_BUILD_MAX_BYTES`
+together. A warm fold, which compiles nothing,
 pays only the slower run, which this bound keeps small. The ops that qualify are the
 ones quantized models fold, each under the condition that keeps it clear of poison:
 
@@ -90,7 +93,9 @@ def _quick_quantize(site: CallSite) -> bool:
 
 def _no_nan_quotient(site: CallSite, values: Sequence[np.ndarray]) -> bool:
     data, scale = values[:2]
-    return not np.isnan(data).any() and bool(np.isfinite(scale).all() and (scale != 0).all())
+    # the minimum is NaN exactly when an element is (NumPy propagates NaN): one pass, no mask
+    no_nan = not data.size or not np.isnan(np.min(data))
+    return no_nan and bool(np.isfinite(scale).all() and (scale != 0).all())
 
 
 #: Integer types NumPy holds too (the guards read values with NumPy; no sub-byte types).
@@ -163,14 +168,23 @@ def _bytes_touched(site: CallSite) -> int:
     return total
 
 
-def build_target(members: Sequence[CallSite]) -> Tuple[str, Optional[ValueGuard]]:
+def build_target(
+    members: Sequence[CallSite], *, moves_data: bool = False
+) -> Tuple[str, Optional[ValueGuard]]:
     """The target the kernel serving ``members`` (calls of one op signature) is built for.
 
     Returns :data:`QUICK_TARGET` where ``-O0`` is both exact and cheaper, else
     :data:`OPTIMIZED_TARGET`; and, where exactness depends on operand values some member only
     has once an earlier fold is evaluated, the guard to check on them before running the
     ``-O0`` kernel (a call that fails it runs an ``-O3`` build of the same kernel instead).
+    ``moves_data``: the kernel only moves data (``movement.moves_data``), which is exact at
+    ``-O0`` for every value and every size; ``members`` may then be empty (a module's own
+    ``call_tir``).
     """
+    if moves_data:
+        return QUICK_TARGET, None
+    if not members:
+        return OPTIMIZED_TARGET, None
     rule = _QUICK_OPS.get(members[0].call.op.name)
     if rule is None or sum(_bytes_touched(site) for site in members) > QUICK_BUILD_MAX_BYTES:
         return OPTIMIZED_TARGET, None

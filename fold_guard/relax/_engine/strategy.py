@@ -7,12 +7,16 @@ way             when
 ==============  ===========================================================================
 ``OPERAND``     ``fold_allow``: its operand's value is its value
 ``SHAPE``       ``tensor_to_shape``: the shape values are read from the operand
+``FILL``        every element of the result has one bit pattern, known from the kernel's TIR
+                and its sources (``fills``: ``broadcast_to`` of a one-element constant, a
+                transpose of that), if ``fills`` is on: written without a kernel
 ``STOCK``       an operator call with a 0-d constant operand whose value stock's kernel is
                 built around (``_stock.value_shapes_kernel``: ``pow(x, 0.5)``, ``x * 0``): the
                 reference engine computes it, with stock's kernel for that value
 ``HOST_COPY``   data movement NumPy copies bit for bit (``host``), if ``host_copies`` is on
 ``KERNEL``      everything else: the legalized kernel, built for ``target`` (``-O0`` where
-                ``opt_level`` proves it exact, if ``quick_builds`` is on; else stock's
+                ``opt_level`` proves it exact, if ``quick_builds`` is on: every kernel that
+                only moves data (``movement``), some arithmetic under conditions; else stock's
                 ``-O3``), checked against ``guard`` just before it runs (a call that fails the
                 guard runs the ``-O3`` build); a large quantize / dequantize in ``row_blocks``
                 over the threads, if ``row_blocks`` is on; a shared kernel reads its 0-d
@@ -38,8 +42,10 @@ from ..._core.planner import FoldPlan
 from .. import _compat
 from .._sites import CallSite, KernelSpec, SiteKind
 from .._stock import scalar_value_key
+from .fills import fill_scalar
 from .host import HostFunction, host_function
 from .interface import EngineOptions
+from .movement import Movement, read_movement
 from .opt_level import OPTIMIZED_TARGET, ValueGuard, build_target
 from .row_blocks import RowBlocks, row_blocks
 
@@ -51,6 +57,7 @@ class Way(Enum):
 
     OPERAND = "operand"
     SHAPE = "shape"
+    FILL = "fill"
     STOCK = "stock's kernel"
     HOST_COPY = "host copy"
     KERNEL = "kernel"
@@ -68,6 +75,8 @@ class Strategy:
     blocks: Optional[RowBlocks] = None
     #: a 0-d operand is computed by an earlier fold: :func:`needs_stock_kernel` before the call
     scalars_checked: bool = False
+    #: ``FILL``: the bits of every element (a 0-d array of the result's dtype)
+    scalar: Optional[np.ndarray] = None
 
     def target_for(self, site: CallSite, leaves: Sequence[Any]) -> str:
         """The target to run ``site`` with on these operand values: ``-O3`` where the guard fails."""
@@ -85,6 +94,8 @@ def choose_strategies(
 ) -> Dict[int, Strategy]:
     """The strategy of every folded call of ``plan`` that can run (one without a kernel has none)."""
     targets: Dict[int, tuple] = {}  # by id of the KernelSpec: (target, guard), decided per kernel
+    movements: Dict[int, Optional[Movement]] = {}  # by id of the KernelSpec: what its TIR does
+    fills: Dict[int, np.ndarray] = {}  # node id -> its scalar, for the fills decided so far
     strategies: Dict[int, Strategy] = {}
     for decision in plan.folded:
         site = sites[decision.node]
@@ -97,6 +108,16 @@ def choose_strategies(
         kernel = kernels.get(site.node_id)
         if kernel is None:
             continue
+        if id(kernel) not in movements:
+            movements[id(kernel)] = read_movement(kernel.prim_func)
+        movement = movements[id(kernel)]
+        if options.fills:
+            node = graph.nodes[site.node_id]
+            scalar = fill_scalar(site, node, kernel, movement, fills)
+            if scalar is not None:
+                fills[site.node_id] = scalar
+                strategies[site.node_id] = Strategy(Way.FILL, kernel, scalar=scalar)
+                continue
         literal = [
             None if constant is None else _compat.constant_array(constant)
             for constant in site.leaf_constants
@@ -111,8 +132,8 @@ def choose_strategies(
         if id(kernel) not in targets:
             members = _members(kernel, sites) if site.kind is SiteKind.OP else []
             targets[id(kernel)] = (
-                build_target(members)
-                if members and options.quick_builds
+                build_target(members, moves_data=movement is not None)
+                if options.quick_builds
                 else (OPTIMIZED_TARGET, None)
             )
         target, guard = targets[id(kernel)]
