@@ -1,0 +1,151 @@
+"""What both adapters' ``backend_policy`` and ``explain_offload`` share: trying a table on a module.
+
+Deciding is the core's (:mod:`fold_guard._core.offload`, :mod:`fold_guard._core.offload_explain`);
+trying needs TVM, and is the same recipe on both IRs, with the IR's steps as an
+:class:`OffloadAdapter`:
+
+1. read the module for folding (the adapter's analysis: graph, translation) and tag a copy of
+   it, each call with a span naming its graph node;
+2. make the module the backend's partitioner would see under a policy (fold; Relax with weights
+   as parameters: annotate, fold, lift);
+3. run the table on it, with or without the patterns' checks, and read which tagged call ended in
+   which composite.
+
+An :class:`OffloadSession` holds step 1 for one module and table, so that the counts under many
+policies (the command's comparison) read the module once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from ._core.offload import Binding, TableRules, bind_tables, is_dequantize, unconfirmed_policy
+from ._core.offload_explain import Runs, explain_rows, plan_world
+from ._core.offload_report import OffloadReport
+from ._core.pattern_match import Arg, AsDecided
+from ._core.planner import plan_folds
+from ._core.policy import FoldPolicy
+from ._core.reasons import Action
+from ._core.registry import PolicySpec, resolve_policy
+
+__all__ = ["OffloadAdapter", "OffloadSession", "TableBinder"]
+
+
+@dataclass(frozen=True)
+class OffloadAdapter:
+    """An IR's steps (module docstring). ``analysis_type`` is the adapter's analysis class;
+    ``table`` objects have ``spec``, ``name`` and ``check_text(pattern)``."""
+
+    analysis_type: type
+    analyse: Callable[[Any], Any]
+    tag: Callable[[Any], Any]
+    arguments: Callable[[Any], Mapping[int, Sequence[Arg]]]
+    decided: Callable[[Any, FoldPolicy], Any]
+    composites: Callable[..., Dict[int, str]]
+
+
+class TableBinder:
+    """Binds a table's rules to the module an analysis read (:class:`~fold_guard._core.offload.Binding`):
+    the trial folds a tagged copy under the policy being settled and runs each table on it."""
+
+    def __init__(self, adapter: OffloadAdapter, table: Any) -> None:
+        self.adapter = adapter
+        self.table = table
+
+    def __call__(self, analysis: object) -> Optional[Binding]:
+        adapter = self.adapter
+        if not isinstance(analysis, adapter.analysis_type):
+            return None
+        tagged = adapter.tag(analysis)
+
+        def trial(policy: FoldPolicy, tables: Sequence[TableRules]) -> Sequence[Mapping[int, str]]:
+            module = adapter.decided(tagged, policy)
+            return [adapter.composites(module, _table_of(t), checks=True) for t in tables]
+
+        return Binding(analysis.graph, adapter.arguments(analysis), trial)  # type: ignore[attr-defined]
+
+
+def _table_of(rules: TableRules) -> Any:
+    if not isinstance(rules.binder, TableBinder):
+        raise TypeError(f"{rules!r} was not made by an adapter's backend_policy")
+    return rules.binder.table
+
+
+class OffloadSession:
+    """One module and one table: the module read and tagged once, then tried under policies."""
+
+    def __init__(self, adapter: OffloadAdapter, mod: Any, table: Any) -> None:
+        self.adapter = adapter
+        self.table = table
+        self.analysis = adapter.analyse(mod)
+        self.graph = self.analysis.graph
+        self.tagged = adapter.tag(self.analysis)
+        self.arguments = adapter.arguments(self.analysis)
+        self._what_if: Optional[Runs] = None
+
+    def _runs(self, module: Any) -> Runs:
+        composites = self.adapter.composites
+        return Runs(composites(module, self.table), composites(module, self.table, checks=False))
+
+    def resolve(self, policy: PolicySpec) -> FoldPolicy:
+        """``policy`` resolved, a backend's table rules settled on this module."""
+        return bind_tables(resolve_policy(policy), self.analysis)
+
+    def count(self, policy: PolicySpec) -> int:
+        """How many of the report's calls the table offloads under ``policy``."""
+        return self.count_module(self.adapter.decided(self.tagged, self.resolve(policy)))
+
+    def count_module(self, module: Any) -> int:
+        """How many of the report's calls the table offloads from ``module``: :attr:`tagged`
+        after the caller's own passes (a stock ``FoldConstant``, say)."""
+        taken = self.adapter.composites(module, self.table)
+        rows = explain_rows(
+            self.table.spec,
+            self.graph,
+            self.arguments,
+            AsDecided(self.graph),
+            Runs(taken, taken),
+            Runs(taken, taken),
+            self.table.check_text,
+            reasons=False,
+        )
+        return sum(row.offloaded for row in rows)
+
+    def runtime_dequantize(self, policy: PolicySpec) -> Tuple[str, ...]:
+        """The dequantize calls of constants (or weight parameters) ``policy`` leaves to run
+        time outside any composite of the table: each a weight dequantized at every inference."""
+        resolved = self.resolve(policy)
+        decisions = plan_folds(self.graph, resolved).decisions
+        taken = self.adapter.composites(self.adapter.decided(self.tagged, resolved), self.table)
+        known = self.graph.reachable_from_constants(through_barriers=True, with_parameters=True)
+        return tuple(
+            node.label
+            for node, decision in zip(self.graph.nodes, decisions)
+            if is_dequantize(node)
+            and node.id in known
+            and decision.action is Action.KEEP
+            and node.id not in taken
+        )
+
+    def report(self, policy: Optional[PolicySpec]) -> OffloadReport:
+        """The report under ``policy`` (None: the module as given)."""
+        if policy is None:
+            world, module, name = AsDecided(self.graph), self.tagged, None
+        else:
+            resolved = self.resolve(policy)
+            world = plan_world(self.graph, plan_folds(self.graph, resolved).decisions)
+            module, name = self.adapter.decided(self.tagged, resolved), resolved.name
+        if self._what_if is None:
+            wanted, _ = unconfirmed_policy(self.table.spec, self.graph, self.arguments)
+            self._what_if = self._runs(self.adapter.decided(self.tagged, wanted))
+        rows = explain_rows(
+            self.table.spec,
+            self.graph,
+            self.arguments,
+            world,
+            self._runs(module),
+            self._what_if,
+            self.table.check_text,
+        )
+        return OffloadReport(self.table.name, name, rows)
