@@ -102,22 +102,10 @@ TABLES: Dict[str, Tuple[str, Callable[[tvm.IRModule], tvm.IRModule], bool]] = {
 }
 
 
-def stock(mod: tvm.IRModule) -> tvm.IRModule:
-    """Stock ``FoldConstant``; with weights as parameters, then ``LiftTransformParams``."""
-    folded = T.FoldConstant()(mod)
-    weights = any(
-        isinstance(f, relax.Function) and f.attrs is not None and "num_input" in f.attrs
-        for f in folded.functions.values()
-    )
-    return T.LiftTransformParams()(folded) if weights else folded
-
-
 def cell(model: str, mod: tvm.IRModule, table: str) -> Cell:
     """The cell of ``table`` (a :data:`TABLES` key) on ``mod``."""
     name, prepare, _ = TABLES[table]
-    return measure(
-        ADAPTER, model, prepare(mod), resolve_table(name), name, fgr.backend_policy, stock
-    )
+    return measure(ADAPTER, model, prepare(mod), resolve_table(name), name, fgr.backend_policy)
 
 
 def run(model_names: Sequence[str], tables: Sequence[str], scale: int) -> List[Cell]:

@@ -73,12 +73,8 @@ def models(scale: int) -> Dict[str, Callable[[], onnx.ModelProto]]:
     }
 
 
-def stock(mod: tvm.IRModule) -> tvm.IRModule:
-    return relay.transform.FoldConstant()(mod)
-
-
 def cell(model: str, mod: tvm.IRModule, table: str) -> Cell:
-    return measure(ADAPTER, model, mod, resolve_table(table), table, fgr.backend_policy, stock)
+    return measure(ADAPTER, model, mod, resolve_table(table), table, fgr.backend_policy)
 
 
 def run(model_names: Sequence[str], tables: Sequence[str], scale: int) -> List[Cell]:

@@ -18,16 +18,17 @@ policies (the command's comparison) read the module once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from ._core.offload import Binding, TableRules, bind_tables, is_dequantize, unconfirmed_policy
 from ._core.offload_explain import Runs, explain_rows, plan_world
-from ._core.offload_report import OffloadReport
+from ._core.offload_report import OffloadReport, OffloadRow
 from ._core.pattern_match import Arg, AsDecided
 from ._core.planner import plan_folds
 from ._core.policy import FoldPolicy
 from ._core.reasons import Action
 from ._core.registry import PolicySpec, resolve_policy
+from ._partition import Partitioned
 
 __all__ = ["OffloadAdapter", "OffloadSession", "TableBinder"]
 
@@ -35,7 +36,8 @@ __all__ = ["OffloadAdapter", "OffloadSession", "TableBinder"]
 @dataclass(frozen=True)
 class OffloadAdapter:
     """An IR's steps (module docstring). ``analysis_type`` is the adapter's analysis class;
-    ``table`` objects have ``spec``, ``name`` and ``check_text(pattern)``."""
+    ``table`` objects have ``spec``, ``name`` and ``check_text(pattern)``; ``existing`` reads
+    what a partition already did to a module (composite calls, and the functions it made)."""
 
     analysis_type: type
     analyse: Callable[[Any], Any]
@@ -43,6 +45,12 @@ class OffloadAdapter:
     arguments: Callable[[Any], Mapping[int, Sequence[Arg]]]
     decided: Callable[[Any, FoldPolicy], Any]
     composites: Callable[..., Dict[int, str]]
+    #: the IR's stock flow on a module (``FoldConstant``; Relax with weights as parameters, then
+    #: ``LiftTransformParams``), for comparisons
+    stock: Callable[[Any], Any]
+    existing: Callable[
+        [Any, FrozenSet[str]], Tuple[List[Tuple[str, str, str, str]], FrozenSet[str]]
+    ]
 
 
 class TableBinder:
@@ -76,8 +84,12 @@ class OffloadSession:
     """One module and one table: the module read and tagged once, then tried under policies."""
 
     def __init__(self, adapter: OffloadAdapter, mod: Any, table: Any) -> None:
+        if isinstance(mod, Partitioned):
+            mod = mod.mod
         self.adapter = adapter
         self.table = table
+        # A partitioned module: what its composites hold is offloaded already.
+        self.existing, self.skip = adapter.existing(mod, table.spec.anchors)
         self.analysis = adapter.analyse(mod)
         self.graph = self.analysis.graph
         self.tagged = adapter.tag(self.analysis)
@@ -96,6 +108,10 @@ class OffloadSession:
         """How many of the report's calls the table offloads under ``policy``."""
         return self.count_module(self.adapter.decided(self.tagged, self.resolve(policy)))
 
+    def count_stock(self) -> int:
+        """How many calls the table offloads after the IR's stock ``FoldConstant``."""
+        return self.count_module(self.adapter.stock(self.tagged))
+
     def count_module(self, module: Any) -> int:
         """How many of the report's calls the table offloads from ``module``: :attr:`tagged`
         after the caller's own passes (a stock ``FoldConstant``, say)."""
@@ -109,8 +125,9 @@ class OffloadSession:
             Runs(taken, taken),
             self.table.check_text,
             reasons=False,
+            skip=self.skip,
         )
-        return sum(row.offloaded for row in rows)
+        return len(self.existing) + sum(row.offloaded for row in rows)
 
     def runtime_dequantize(self, policy: PolicySpec) -> Tuple[str, ...]:
         """The dequantize calls of constants (or weight parameters) ``policy`` leaves to run
@@ -147,5 +164,10 @@ class OffloadSession:
             self._runs(module),
             self._what_if,
             self.table.check_text,
+            skip=self.skip,
         )
-        return OffloadReport(self.table.name, name, rows)
+        before = tuple(
+            OffloadRow(f"{function}/{label}", op, composite, None, function, label)
+            for function, label, op, composite in self.existing
+        )
+        return OffloadReport(self.table.name, name, before + rows)

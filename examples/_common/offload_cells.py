@@ -71,16 +71,11 @@ def measure(
     table: Any,
     table_name: str,
     backend_policy: Callable[[Any], Any],
-    stock: Callable[[Any], Any],
 ) -> Cell:
-    """The cell of ``table`` on ``mod`` (see the module docstring).
-
-    ``stock`` folds a module as the IR's stock flow does (``FoldConstant``; with weights as
-    parameters, then ``LiftTransformParams``).
-    """
+    """The cell of ``table`` on ``mod`` (see the module docstring)."""
     start = time.perf_counter()
     session = OffloadSession(adapter, mod, table)
-    counts = {"stock": session.count_module(stock(session.tagged))}
+    counts = {"stock": session.count_stock()}
     for policy in list_policies():
         counts[policy.name] = session.count(policy.name)
     policy = backend_policy(table_name)

@@ -258,7 +258,9 @@ def explain_rows(
     runtime = runtime_calls(graph)
     rows: List[OffloadRow] = []
     for node in graph.nodes:
-        if node.op not in anchors or node.id not in runtime or node.function in skip:
+        if node.op not in anchors or node.id not in runtime:
+            continue
+        if node.function in skip or node.function.split("/")[0] in skip:
             continue
         composite = as_is.checked.get(node.id)
         reason = None

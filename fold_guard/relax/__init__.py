@@ -24,7 +24,7 @@ from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
 _register_ops()
 
-from .._core.offload_report import OffloadReason, OffloadReport, OffloadRow  # noqa: E402
+from .._core import OffloadReason, OffloadReport, OffloadRow  # noqa: E402
 
 __all__ = [
     "FoldConstant",

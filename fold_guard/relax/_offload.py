@@ -25,7 +25,13 @@ from .._offload import OffloadAdapter, OffloadSession, TableBinder
 from .._serial import serialized
 from . import _compat
 from ._annotate import annotate
-from ._offload_table import TableLike, composites_of, resolve_table, tag_calls
+from ._offload_table import (
+    TableLike,
+    composites_of,
+    existing_offloads,
+    resolve_table,
+    tag_calls,
+)
 from ._pass import Analysis, analyse, fold
 from ._release import release_barriers
 from ._sites import SiteKind
@@ -72,6 +78,14 @@ def decided_module(tagged: tvm.IRModule, policy: FoldPolicy) -> tvm.IRModule:
     return release_barriers(lifted)
 
 
+def stock_flow(mod: tvm.IRModule) -> tvm.IRModule:
+    """Stock ``FoldConstant``; with weights as parameters, then ``LiftTransformParams``."""
+    folded = relax.transform.FoldConstant()(mod)
+    if _with_weight_parameters(folded):
+        return relax.transform.LiftTransformParams()(folded)
+    return folded
+
+
 def _tagged(analysis: Analysis) -> tvm.IRModule:
     variables = {_compat.handle(site.var): site.node_id for site in analysis.translation.sites}
     return tag_calls(analysis.mod, variables)
@@ -85,6 +99,8 @@ ADAPTER = OffloadAdapter(
     arguments=lambda analysis: call_arguments(analysis.translation),
     decided=decided_module,
     composites=composites_of,
+    stock=stock_flow,
+    existing=existing_offloads,
 )
 
 

@@ -38,7 +38,7 @@ from ._ops import register_ops as _register_ops  # noqa: E402
 
 _register_ops()
 
-from .._core.offload_report import OffloadReason, OffloadReport, OffloadRow  # noqa: E402
+from .._core import OffloadReason, OffloadReport, OffloadRow  # noqa: E402
 from ._annotate import allow_constant_qnn, annotate  # noqa: E402
 from ._ledger import ledger  # noqa: E402
 from ._offload import backend_policy, explain_offload  # noqa: E402

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import tvm
+from tvm import relay
 
 from .._core.builtin_policies import DEFAULT_POLICY
 from .._core.offload import table_policy
@@ -23,7 +24,13 @@ from .._core.registry import PolicySpec
 from .._core.report import StepTimer
 from .._offload import OffloadAdapter, OffloadSession, TableBinder
 from .._serial import serialized
-from ._offload_table import TableLike, composites_of, resolve_table, tag_calls
+from ._offload_table import (
+    TableLike,
+    composites_of,
+    existing_offloads,
+    resolve_table,
+    tag_calls,
+)
 from ._pass import Analysis, analyse, fold
 from ._walk import SiteKind, Source, Translation, TupleSource
 
@@ -63,6 +70,8 @@ ADAPTER = OffloadAdapter(
     arguments=lambda analysis: call_arguments(analysis.translation),
     decided=lambda tagged, policy: fold(tagged, policy=policy).mod,
     composites=composites_of,
+    stock=lambda mod: relay.transform.FoldConstant()(mod),
+    existing=existing_offloads,
 )
 
 

@@ -16,7 +16,7 @@ import contextlib
 import importlib
 import io
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
 from tvm import relay
@@ -38,7 +38,15 @@ from .._core.pattern_spec import (
 )
 from ._module import module_like
 
-__all__ = ["REGISTRY", "RelayTable", "composites_of", "read_pattern", "resolve_table", "tag_calls"]
+__all__ = [
+    "REGISTRY",
+    "RelayTable",
+    "composites_of",
+    "existing_offloads",
+    "read_pattern",
+    "resolve_table",
+    "tag_calls",
+]
 
 #: Table names of TVM's Relay backends and the module that registers each.
 REGISTRY: Dict[str, str] = {
@@ -226,6 +234,63 @@ def tagged_composites(mod: tvm.IRModule) -> Dict[int, str]:
 
         relay.analysis.post_order_visit(composite.body, visit)
     return found
+
+
+def existing_offloads(
+    mod: tvm.IRModule, ops: FrozenSet[str]
+) -> Tuple[List[Tuple[str, str, str, str]], FrozenSet[str]]:
+    """What a partition already did to ``mod``: ``(function, label, op, composite)`` for each
+    call of ``ops`` in a composite function that reads one of its parameters, and the global
+    functions handed to an external compiler (``Compiler``), which are no candidates any more."""
+    skip = frozenset(
+        gvar.name_hint
+        for gvar, func in mod.functions.items()
+        if isinstance(func, relay.Function) and func.attrs and "Compiler" in func.attrs.keys()
+    )
+    rows: List[Tuple[str, str, str, str]] = []
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, relay.Function):
+            continue
+        for composite in _composites_in(func):
+            rows.extend(_reading_calls(gvar.name_hint, composite, ops))
+    return rows, skip
+
+
+def _composites_in(func: relay.Function) -> List[relay.Function]:
+    found: List[relay.Function] = []
+
+    def collect(expr: relay.Expr) -> None:
+        if isinstance(expr, relay.Function) and expr.attrs and "Composite" in expr.attrs.keys():
+            found.append(expr)
+
+    relay.analysis.post_order_visit(func, collect)
+    return found
+
+
+def _reading_calls(
+    function: str, composite: relay.Function, ops: FrozenSet[str]
+) -> List[Tuple[str, str, str, str]]:
+    """The calls of ``ops`` in ``composite`` that read one of its parameters."""
+    name = str(composite.attrs["Composite"])
+    params = set(composite.params)
+    reading: Dict[relay.Expr, bool] = {}
+    rows: List[Tuple[str, str, str, str]] = []
+
+    def visit(expr: relay.Expr) -> None:
+        if isinstance(expr, relay.Var):
+            reading[expr] = expr in params
+        elif isinstance(expr, relay.Call):
+            reading[expr] = any(reading.get(arg, False) for arg in expr.args)
+            op = expr.op.name if isinstance(expr.op, tvm.ir.Op) else ""
+            if reading[expr] and op in ops:
+                rows.append((function, f"{name}/{op}", op, name))
+        elif isinstance(expr, relay.Tuple):
+            reading[expr] = any(reading.get(f, False) for f in expr.fields)
+        elif isinstance(expr, relay.TupleGetItem):
+            reading[expr] = reading.get(expr.tuple_value, False)
+
+    relay.analysis.post_order_visit(composite.body, visit)
+    return rows
 
 
 def _guarded(
