@@ -10,7 +10,9 @@ computes from) *folds*, every call on constants it matches as an operation (a we
 price agrees with what earlier, higher-priority matches asked, and the calls it takes are taken
 by no earlier match, as ``FuseOpsByPattern`` / ``MergeComposite`` give earlier patterns
 priority. Two patterns that want opposite decisions for one call: the earlier match wins, the
-later one is not accepted (its alternatives are tried first). What no accepted match claims
+later one is not accepted (its alternatives are tried first). A match that would keep a call
+that something outside it reads too (a weight two layers share) is not made: its composite
+would have to leak the value; the weight folds, and a pattern wanting it constant can match. What no accepted match claims
 follows the IR's default, except a dequantize of a constant, which folds: a layer no pattern
 takes gets a constant weight, not a run-time dequantize.
 
@@ -47,7 +49,7 @@ from typing import (
 from .builtin_policies import DEQUANTIZE_OPS
 from .graph import FoldGraph, FoldNode
 from .kernel_names import DEQUANTIZE, kernel_role
-from .pattern_match import Arg, Miss, WhatIf, constant_sets, match_at
+from .pattern_match import Arg, Miss, WhatIf, cone_of, constant_sets, match_at
 from .pattern_spec import TableSpec
 from .policy import CallView, FoldPolicy, Rule
 from .reasons import Action
@@ -162,10 +164,37 @@ def derive(
                 if miss is not None:
                     misses.append(miss)
                 continue
+            leaking = _leaking(graph, hit.claims, hit.nodes)
+            if leaking is not None:
+                misses.append(
+                    Miss(
+                        pattern.name,
+                        node.id,
+                        "structure",
+                        f"{graph.nodes[leaking].label} is read outside the match too: kept "
+                        "inside its composite, its value would leak (a weight two layers share "
+                        "folds instead)",
+                        False,
+                        hit.nodes,
+                        len(hit.nodes),
+                    )
+                )
+                continue
             claims.update((n, (action, pattern.name)) for n, action in hit.claims.items())
             taken.update((n, pattern.name) for n in hit.nodes)
             candidates.append(Candidate(pattern.name, node.id, hit.claims, hit.nodes))
     return Derivation(tuple(candidates), claims, taken, tuple(misses))
+
+
+def _leaking(
+    graph: FoldGraph, claims: Mapping[int, Action], nodes: FrozenSet[int]
+) -> Optional[int]:
+    """A call the match keeps inside its composite that a call outside the match reads too."""
+    consumers = graph.consumers()
+    for node, action in sorted(claims.items()):
+        if action is Action.KEEP and any(user not in nodes for user in consumers[node]):
+            return node
+    return None
 
 
 @dataclass(frozen=True)
@@ -206,13 +235,28 @@ class TableRules:
         self.table = table
         self.binder = binder
         self.decided = decided
-        self._memo: Dict[int, Tuple[weakref.ref[FoldGraph], Mapping[int, Tuple[Action, str]]]] = {}
+        self._memo: Dict[
+            int,
+            Tuple[
+                weakref.ref[FoldGraph],
+                Tuple[Mapping[int, Tuple[Action, str]], FrozenSet[int]],
+            ],
+        ] = {}
 
     def __repr__(self) -> str:
         state = "settled" if self.decided is not None else "unbound"
         return f"TableRules({self.table.name!r}, {state})"
 
     def claims_for(self, graph: FoldGraph) -> Mapping[int, Tuple[Action, str]]:
+        """Node id -> (the action the table asks, the pattern asking) on ``graph``."""
+        return self._facts(graph)[0]
+
+    def unclaimed_for(self, graph: FoldGraph) -> FrozenSet[int]:
+        """The dequantize calls of constants no accepted match keeps, with every call they
+        compute from that no match keeps either: what :data:`UNCLAIMED_DEQUANTIZE_RULE` folds."""
+        return self._facts(graph)[1]
+
+    def _facts(self, graph: FoldGraph) -> Tuple[Mapping[int, Tuple[Action, str]], FrozenSet[int]]:
         entry = self._memo.get(id(graph))
         if entry is not None and entry[0]() is graph:
             return entry[1]
@@ -225,13 +269,20 @@ class TableRules:
                 for node, key in enumerate(keys)
                 if key in self.decided.claims
             }
+        kept = {node for node, (action, _) in claims.items() if action is Action.KEEP}
+        constant, _ = constant_sets(graph)
+        unclaimed: set[int] = set()
+        for node in graph.nodes:
+            if is_dequantize(node) and node.id in constant and node.id not in kept:
+                unclaimed.update(n for n in cone_of(graph, node.id) if n not in kept)
+        facts = (claims, frozenset(unclaimed))
         memo, key = self._memo, id(graph)
 
         def forget(_: weakref.ref[FoldGraph]) -> None:
             memo.pop(key, None)
 
-        self._memo[key] = (weakref.ref(graph, forget), claims)
-        return claims
+        self._memo[key] = (weakref.ref(graph, forget), facts)
+        return facts
 
     def bound(self, decided: Decided) -> TableRules:
         return TableRules(self.table, self.binder, decided)
@@ -258,15 +309,12 @@ def is_dequantize(node: FoldNode) -> bool:
 
 @dataclass(frozen=True)
 class _Unclaimed:
-    """A dequantize of a constant that no accepted match keeps (the table's rules come first)."""
+    """A dequantize of constants that no accepted match keeps, or a call it computes from."""
 
     table: TableRules
 
     def __call__(self, call: CallView) -> bool:
-        if not is_dequantize(call.node):
-            return False
-        claim = self.table.claims_for(call.graph).get(call.node.id)
-        return claim is None or claim[0] is not Action.KEEP
+        return call.node.id in self.table.unclaimed_for(call.graph)
 
 
 def table_rules(rules: TableRules) -> Tuple[Rule, ...]:
@@ -296,8 +344,9 @@ def table_rules(rules: TableRules) -> Tuple[Rule, ...]:
         Rule(
             UNCLAIMED_DEQUANTIZE_RULE,
             Action.FOLD,
-            f"a dequantize of a constant no pattern of {rules.table.name} takes folds (a layer "
-            "the backend does not take gets a constant weight, not a run-time dequantize)",
+            f"a dequantize of constants no pattern of {rules.table.name} takes folds, with what it "
+            "computes from (a layer the backend does not take gets a constant weight, not a "
+            "run-time dequantize)",
             _Unclaimed(rules),
         )
     )

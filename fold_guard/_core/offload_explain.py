@@ -92,12 +92,17 @@ def _quantization(graph: FoldGraph, node: FoldNode) -> List[str]:
         ]
         many = [n for n in scales if n is not None and n > 1]
         axis = source.attrs.get("axis") if not source.lowered else None
-        where = f"operand {index} ({source.op})" if index is not None else node.op
+        data = source.inputs[0].tensor if source.inputs else None
+        where = (
+            f"operand {index} is {source.op} of {tensor_text(data)}"
+            if index is not None
+            else node.op
+        )
         if many:
             along = f" along axis {axis}" if axis is not None else ""
-            notes.append(f"{where} per-channel: {max(many)} scales{along}")
+            notes.append(f"{where}, per-channel ({max(many)} scales{along})")
         elif scales:
-            notes.append(f"{where} per-tensor")
+            notes.append(f"{where}, per-tensor")
     return notes
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "TupleArg",
     "WhatIf",
     "World",
+    "cone_of",
     "constant_sets",
     "describe_node",
     "match_at",
@@ -123,7 +124,7 @@ def constant_sets(graph: FoldGraph) -> Tuple[FrozenSet[int], FrozenSet[int]]:
     )
 
 
-def _cone(graph: FoldGraph, node: int) -> List[int]:
+def cone_of(graph: FoldGraph, node: int) -> List[int]:
     """``node`` and every node it computes from (through node inputs)."""
     seen, todo = {node}, [node]
     while todo:
@@ -162,7 +163,7 @@ class WhatIf(World):
                     "parameter, not a constant)",
                 )
             return Refusal(NOT_CONSTANT, f"{describe_node(n)} reads run-time data")
-        cone = _cone(self.graph, node)
+        cone = cone_of(self.graph, node)
         for member in cone:
             m = self.graph.nodes[member]
             if m.unfoldable is not None:
