@@ -12,9 +12,10 @@ by no earlier match, as ``FuseOpsByPattern`` / ``MergeComposite`` give earlier p
 priority. Two patterns that want opposite decisions for one call: the earlier match wins, the
 later one is not accepted (its alternatives are tried first). A match that would keep a call
 that something outside it reads too (a weight two layers share) is not made: its composite
-would have to leak the value; the weight folds, and a pattern wanting it constant can match. What no accepted match claims
-follows the IR's default, except a dequantize of a constant, which folds: a layer no pattern
-takes gets a constant weight, not a run-time dequantize.
+would have to leak the value; the weight folds, and a pattern wanting it constant can match.
+What no accepted match claims follows the IR's default, except a dequantize of constants,
+which folds with what it computes from: a layer no pattern takes gets a constant weight, not a
+run-time dequantize.
 
 **Confirming.** The description of a pattern is approximate and a pattern's check function
 needs TVM, so the adapter *tries* the decisions (:class:`Binding`): it folds the module under
