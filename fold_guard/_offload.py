@@ -37,7 +37,8 @@ __all__ = ["OffloadAdapter", "OffloadSession", "TableBinder"]
 class OffloadAdapter:
     """An IR's steps (module docstring). ``analysis_type`` is the adapter's analysis class;
     ``table`` objects have ``spec``, ``name`` and ``check_text(pattern)``; ``existing`` reads
-    what a partition already did to a module (composite calls, and the functions it made)."""
+    what a partition did to a module that the walk does not see (Relay's external functions:
+    their composites' calls, and the functions' names)."""
 
     analysis_type: type
     analyse: Callable[[Any], Any]
@@ -48,9 +49,9 @@ class OffloadAdapter:
     #: the IR's stock flow on a module (``FoldConstant``; Relax with weights as parameters, then
     #: ``LiftTransformParams``), for comparisons
     stock: Callable[[Any], Any]
-    existing: Callable[
-        [Any, FrozenSet[str]], Tuple[List[Tuple[str, str, str, str]], FrozenSet[str]]
-    ]
+    existing: Optional[
+        Callable[[Any, FrozenSet[str]], Tuple[List[Tuple[str, str, str, str]], FrozenSet[str]]]
+    ] = None
 
 
 class TableBinder:
@@ -89,7 +90,10 @@ class OffloadSession:
         self.adapter = adapter
         self.table = table
         # A partitioned module: what its composites hold is offloaded already.
-        self.existing, self.skip = adapter.existing(mod, table.spec.anchors)
+        self.existing: List[Tuple[str, str, str, str]] = []
+        self.skip: FrozenSet[str] = frozenset()
+        if adapter.existing is not None:
+            self.existing, self.skip = adapter.existing(mod, table.spec.anchors)
         self.analysis = adapter.analyse(mod)
         self.graph = self.analysis.graph
         self.tagged = adapter.tag(self.analysis)

@@ -38,7 +38,7 @@ from .offload_report import (
 from .op_names import OP_TABLES
 from .pattern_match import Arg, AsDecided, Miss, match_at
 from .pattern_spec import PatternSpec, TableSpec
-from .plan import FoldDecision
+from .plan import DEFAULT_RULE, FoldDecision
 from .reasons import Action
 from .summary import tensor_text
 
@@ -286,5 +286,7 @@ def plan_world(graph: FoldGraph, decisions: Sequence[FoldDecision]) -> AsDecided
         if d.node in folded:
             folded_by[d.node] = d.rule
         else:
-            why[d.node] = d.reason.text + (f" [{d.rule}]" if d.rule else "")
+            # the stock rule's own words where the IR's default kept it ("QNN ops are kept ...")
+            said = f" ({d.detail})" if d.rule == DEFAULT_RULE and d.detail else ""
+            why[d.node] = d.reason.text + (f" [{d.rule}]" if d.rule else "") + said
     return AsDecided(graph, folded, why, folded_by)

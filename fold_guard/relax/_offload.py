@@ -28,7 +28,6 @@ from ._annotate import annotate
 from ._offload_table import (
     TableLike,
     composites_of,
-    existing_offloads,
     resolve_table,
     tag_calls,
 )
@@ -100,7 +99,6 @@ ADAPTER = OffloadAdapter(
     decided=decided_module,
     composites=composites_of,
     stock=stock_flow,
-    existing=existing_offloads,
 )
 
 

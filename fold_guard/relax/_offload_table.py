@@ -19,7 +19,7 @@ import contextlib
 import importlib
 import io
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
 from tvm import relax
@@ -51,7 +51,6 @@ __all__ = [
     "TAG_SOURCE",
     "RelaxTable",
     "composites_of",
-    "existing_offloads",
     "read_pattern",
     "resolve_table",
     "tag_calls",
@@ -285,57 +284,6 @@ def tagged_composites(mod: tvm.IRModule) -> Dict[int, str]:
 
         relax.analysis.post_order_visit(func.body, visit)
     return found
-
-
-def _composites(mod: tvm.IRModule) -> List[Tuple[str, relax.Function]]:
-    """Composite functions, named as the walk names functions: global ones by their name, those
-    a codegen function binds (``MergeCompositeFunctions``) as ``<global>/<variable>``."""
-    found: List[Tuple[str, relax.Function]] = []
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, relax.Function):
-            continue
-        if func.attrs is not None and "Composite" in func.attrs:
-            found.append((gvar.name_hint, func))
-            continue
-        if not isinstance(func.body, relax.SeqExpr):
-            continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                inner = binding.value
-                if isinstance(inner, relax.Function) and inner.attrs and "Composite" in inner.attrs:
-                    found.append((f"{gvar.name_hint}/{_compat.var_name(binding.var)}", inner))
-    return found
-
-
-def existing_offloads(
-    mod: tvm.IRModule, ops: FrozenSet[str]
-) -> Tuple[List[Tuple[str, str, str, str]], FrozenSet[str]]:
-    """What a partition already did to ``mod``: ``(function, label, op, composite)`` for each
-    call of ``ops`` in a composite function that reads one of its parameters (a call computed
-    from the constants bound into it is no layer), and the global functions that hold composites
-    (``Composite`` or ``Codegen``), which are no candidates any more."""
-    skip = frozenset(
-        gvar.name_hint
-        for gvar, func in mod.functions.items()
-        if isinstance(func, relax.Function)
-        and func.attrs is not None
-        and ("Composite" in func.attrs or "Codegen" in func.attrs)
-    )
-    rows: List[Tuple[str, str, str, str]] = []
-    for where, func in _composites(mod):
-        composite = str(func.attrs["Composite"])
-        reads = set(func.params)
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                value = binding.value
-                if not isinstance(value, relax.Call):
-                    continue
-                if any(isinstance(a, relax.Var) and a in reads for a in value.args):
-                    reads.add(binding.var)
-                    op = value.op.name if isinstance(value.op, tvm.ir.Op) else ""
-                    if op in ops:
-                        rows.append((where, _compat.var_name(binding.var), op, composite))
-    return rows, skip
 
 
 def _guarded(table: RelaxTable, entry: FusionPattern) -> Callable[[Any], bool]:

@@ -239,9 +239,11 @@ def tagged_composites(mod: tvm.IRModule) -> Dict[int, str]:
 def existing_offloads(
     mod: tvm.IRModule, ops: FrozenSet[str]
 ) -> Tuple[List[Tuple[str, str, str, str]], FrozenSet[str]]:
-    """What a partition already did to ``mod``: ``(function, label, op, composite)`` for each
-    call of ``ops`` in a composite function that reads one of its parameters, and the global
-    functions handed to an external compiler (``Compiler``), which are no candidates any more."""
+    """What ``PartitionGraph`` already handed to external compilers: ``(function, label, op,
+    composite)`` for each call of ``ops`` in a composite of a function with a ``Compiler``
+    attribute that reads one of the composite's parameters, and those functions' names (the
+    walk does not read them). Composites ``MergeComposite`` left in ``main`` need nothing here:
+    their calls are the walk's, and a run of the table finds them in their composites."""
     skip = frozenset(
         gvar.name_hint
         for gvar, func in mod.functions.items()
@@ -249,7 +251,7 @@ def existing_offloads(
     )
     rows: List[Tuple[str, str, str, str]] = []
     for gvar, func in mod.functions.items():
-        if not isinstance(func, relay.Function):
+        if gvar.name_hint not in skip:
             continue
         for composite in _composites_in(func):
             rows.extend(_reading_calls(gvar.name_hint, composite, ops))
