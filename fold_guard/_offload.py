@@ -99,6 +99,7 @@ class OffloadSession:
         self.tagged = adapter.tag(self.analysis)
         self.arguments = adapter.arguments(self.analysis)
         self._what_if: Optional[Runs] = None
+        self._counts: Dict[Tuple[Action, ...], int] = {}
 
     def _runs(self, module: Any) -> Runs:
         composites = self.adapter.composites
@@ -109,8 +110,16 @@ class OffloadSession:
         return bind_tables(resolve_policy(policy), self.analysis)
 
     def count(self, policy: PolicySpec) -> int:
-        """How many of the report's calls the table offloads under ``policy``."""
-        return self.count_module(self.adapter.decided(self.tagged, self.resolve(policy)))
+        """How many of the report's calls the table offloads under ``policy``.
+
+        Policies that decide every call alike give the same module: it is made and run once
+        (the comparison's built-in policies often agree on a model)."""
+        resolved = self.resolve(policy)
+        actions = tuple(d.action for d in plan_folds(self.graph, resolved).decisions)
+        if actions not in self._counts:
+            module = self.adapter.decided(self.tagged, resolved)
+            self._counts[actions] = self.count_module(module)
+        return self._counts[actions]
 
     def count_stock(self) -> int:
         """How many calls the table offloads after the IR's stock ``FoldConstant``."""

@@ -41,12 +41,13 @@ __all__ = [
 OFFLOAD_SCHEMA_NAME = "fold-guard-offload"
 OFFLOAD_SCHEMA_VERSION = 1
 OFFLOAD_SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "offload.schema.json")
-#: What ``draw --backend`` colours a call by: offloaded, or the kind of reason it was not.
+#: What ``draw --backend`` colours a call by: offloaded, or the kind of reason it was not (none
+#: of the decision colours, ``._categories.CATEGORIES``, so the two never read alike).
 OFFLOAD_COLOURS: Dict[str, Tuple[str, str]] = {
     "offloaded": ("offloaded", "#1565c0"),
-    "operand-not-constant": ("not offloaded: an operand is not constant", "#ef6c00"),
-    "folded-away": ("not offloaded: a call it needs was folded away", "#8e24aa"),
-    "check-refused": ("not offloaded: the pattern's check refused", "#c62828"),
+    "operand-not-constant": ("not offloaded: an operand is not constant", "#f9a825"),
+    "folded-away": ("not offloaded: a call it needs was folded away", "#00838f"),
+    "check-refused": ("not offloaded: the pattern's check refused", "#ad1457"),
     "no-pattern": ("not offloaded: no pattern has this structure", "#90a4ae"),
 }
 assert set(OFFLOAD_COLOURS) == {"offloaded", *REASON_KINDS}

@@ -11,16 +11,21 @@ per-tensor int8 variant (``examples/relay_offload_matrix.py``), full lane.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, List, Optional
 
 import numpy as np
+import onnx
 import pytest
 import tvm
+from _common import onnx_models as om
+from support.inprocess import run_cli
 from tvm import relay
 from tvm.relay.dataflow_pattern import is_constant, is_op, wildcard
 
 import fold_guard
 import fold_guard.relay as fgr
+from fold_guard.cli._offload import OFFLOAD_SCHEMA_NAME
 
 ZERO, HALF = relay.const(0), relay.const(0.5)
 
@@ -119,14 +124,37 @@ def modules():
 
 
 @pytest.mark.slow
-def test_cmsis_nn_takes_the_int8_per_tensor_cnn_only_under_backend_policy_and_the_like(
-    modules,
-) -> None:
-    import relay_offload_matrix as matrix
-
-    cell = matrix.cell("qdq_cnn_s8", modules["qdq_cnn_s8"], "cmsis-nn")
-    assert cell.counts["stock"] == 0 and cell.counts["backend"] == cell.best_other > 0, cell
-    assert cell.ok, cell
+def test_the_command_on_cmsis_nn_counts_every_fold(tmp_path) -> None:
+    """``fold-guard offload MODEL --ir relay --fq2i --backend cmsis-nn --json``: stock keeps the
+    weights' qnn.quantize (no match), backend_policy folds them as fold-qnn does, no fold does
+    better; every call has a reason."""
+    path = tmp_path / "qdq_cnn_s8.onnx"
+    onnx.save(
+        om.make_qdq_cnn(0, float_weights=True, activation_type="int8", per_channel=False), str(path)
+    )
+    args = (
+        "offload",
+        str(path),
+        "--ir",
+        "relay",
+        "--fq2i",
+        "--backend",
+        "cmsis-nn",
+        "--json",
+        "-q",
+    )
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)  # the schema is checked in the Relax suite (jsonschema)
+    assert (data["schema"], data["version"], data["model"]["ir"]) == (
+        OFFLOAD_SCHEMA_NAME,
+        1,
+        "relay",
+    )
+    counts = data["counts"]
+    best_other = max(n for flow, n in counts.items() if flow != "backend:cmsis-nn")
+    assert counts["stock"] == 0 and counts["backend:cmsis-nn"] == best_other > 0, counts
+    assert all(row["reason"] is None or row["reason"]["kind"] for row in data["report"]["rows"])
 
 
 @pytest.mark.slow
