@@ -26,7 +26,7 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence,
 
 from .graph import SOURCE_KINDS, FoldGraph, FoldNode
 from .kernel_names import DEQUANTIZE, QUANTIZE, kernel_role
-from .offload import runtime_calls
+from .offload_derive import runtime_calls
 from .offload_report import (
     CHECK_REFUSED,
     FOLDED_AWAY,

@@ -27,10 +27,9 @@ from fold_guard._core.offload import (
     Binding,
     TableRules,
     bind_tables,
-    derive,
-    node_keys,
     table_policy,
 )
+from fold_guard._core.offload_derive import derive, node_keys
 from fold_guard._core.offload_explain import Runs, explain_rows, plan_world
 from fold_guard._core.pattern_match import AsDecided, WhatIf, constant_sets, match_at
 from fold_guard._core.pattern_spec import (
