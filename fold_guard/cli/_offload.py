@@ -25,7 +25,7 @@ from .. import __version__
 from .._core.offload_report import REASON_KINDS, OffloadReport
 from .._core.registry import list_policies
 from ._errors import EXIT_OK, CliError
-from ._load import LoadedModel
+from ._load import LoadedModel, load_model
 
 __all__ = [
     "OFFLOAD_COLOURS",
@@ -127,12 +127,12 @@ def _text(model: LoadedModel, counts: Mapping[str, int], report: OffloadReport) 
 
 
 def cmd_offload(args: argparse.Namespace, out: TextIO) -> int:
-    from ._commands import _load
     from ._progress import Progress
 
     table, _ = load_table(args)
     with Progress(["import", "offload"], quiet=args.quiet) as progress:
-        model = _load(args, progress)
+        progress.step(f"importing {os.path.basename(args.model)}")
+        model = load_model(args.model, ir=args.ir, fq2i=args.fq2i, trust_model=args.trust_model)
         progress.step("trying the table under each fold")
         counts, report = offload_report(model, table)
     if args.json:
