@@ -108,14 +108,19 @@ def cell(model: str, mod: tvm.IRModule, table: str) -> Cell:
     return measure(ADAPTER, model, prepare(mod), resolve_table(name), name, fgr.backend_policy)
 
 
-def run(model_names: Sequence[str], tables: Sequence[str], scale: int) -> List[Cell]:
+def run(
+    model_names: Sequence[str], tables: Sequence[str], scale: int, *, details: bool = False
+) -> List[Cell]:
+    """Every cell of ``model_names`` x ``tables``, each printed as soon as it is measured."""
     builders = models(scale)
     cells: List[Cell] = []
+    print(format_cells([]), flush=True)
     for model in model_names:
         mod = builders[model]()
         for table in tables:
             if TABLES[table][2] == (model in LOWBIT):
                 cells.append(cell(model, mod, table))
+                print(format_cells(cells[-1:], details=details, header=False), flush=True)
     return cells
 
 
@@ -127,8 +132,7 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--details", action="store_true", help="two missed calls' reasons")
     args = parser.parse_args(list(argv))
     np.random.seed(0)
-    cells = run(args.models.split(","), args.tables.split(","), args.scale)
-    print(format_cells(cells, details=args.details))
+    cells = run(args.models.split(","), args.tables.split(","), args.scale, details=args.details)
     if not all(c.ok for c in cells):
         sys.exit(1)
 

@@ -77,12 +77,18 @@ def cell(model: str, mod: tvm.IRModule, table: str) -> Cell:
     return measure(ADAPTER, model, mod, resolve_table(table), table, fgr.backend_policy)
 
 
-def run(model_names: Sequence[str], tables: Sequence[str], scale: int) -> List[Cell]:
+def run(
+    model_names: Sequence[str], tables: Sequence[str], scale: int, *, details: bool = False
+) -> List[Cell]:
+    """Every cell of ``model_names`` x ``tables``, each printed as soon as it is measured."""
     builders = models(scale)
     cells: List[Cell] = []
+    print(format_cells([]), flush=True)
     for model in model_names:
         mod = prepare(builders[model]())
-        cells.extend(cell(model, mod, table) for table in tables)
+        for table in tables:
+            cells.append(cell(model, mod, table))
+            print(format_cells(cells[-1:], details=details, header=False), flush=True)
     return cells
 
 
@@ -93,8 +99,7 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--scale", type=int, default=1, help="divide the real models' widths")
     parser.add_argument("--details", action="store_true", help="two missed calls' reasons")
     args = parser.parse_args(list(argv))
-    cells = run(args.models.split(","), args.tables.split(","), args.scale)
-    print(format_cells(cells, details=args.details))
+    cells = run(args.models.split(","), args.tables.split(","), args.scale, details=args.details)
     if not all(c.ok for c in cells):
         sys.exit(1)
 

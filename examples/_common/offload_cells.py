@@ -96,14 +96,14 @@ def measure(
     )
 
 
-def format_cells(cells: Sequence[Cell], *, details: bool = False) -> str:
-    """The matrix as text: one line per cell, offloaded calls per flow."""
-    header = (
+def format_cells(cells: Sequence[Cell], *, details: bool = False, header: bool = True) -> str:
+    """The matrix as text: a header, one line per cell (offloaded calls per flow)."""
+    title = (
         f"{'model':14s} {'table':22s} {'rows':>4s} "
         + " ".join(f"{_SHORT.get(f, f):>8s}" for f in FLOWS)
         + "  ok  missed by reason"
     )
-    lines = [header]
+    lines = [title] if header else []
     for cell in cells:
         reasons = ", ".join(f"{kind} {n}" for kind, n in sorted(cell.reasons.items())) or "-"
         left = (
