@@ -331,6 +331,7 @@ def make_qdq_cnn(
     activation_type: str = "uint8",
     float_weights: bool = False,
     keep_relu: bool = True,
+    per_channel: bool = True,
 ) -> onnx.ModelProto:
     """Build a small CNN and quantize it to per-channel QDQ form with onnxruntime.
 
@@ -359,6 +360,9 @@ def make_qdq_cnn(
         If True (the default), keep the ``Relu`` nodes with their own Q/DQ pair
         (``QDQKeepRemovableActivations``). If False, onnxruntime removes them, since the
         following uint8 ``QuantizeLinear`` with zero point 0 already clamps at zero.
+    per_channel : bool, optional
+        Per-channel weight scales (the default); False gives one scale per weight, the form
+        CMSIS-NN and Arm Compute Library take (with ``activation_type="int8"``).
 
     Returns
     -------
@@ -382,6 +386,7 @@ def make_qdq_cnn(
         activation_type=activation_type,
         float_weights=float_weights,
         extra_options={"QDQKeepRemovableActivations": keep_relu},
+        per_channel=per_channel,
     )
 
 

@@ -5,8 +5,9 @@ launcher ``_fold_guard_cli`` answers ``--help`` without importing TVM), :mod:`._
 files), :mod:`._layers` (which frontend node each call comes from), :mod:`._commands` (what each
 subcommand does with the library), :mod:`._output` (all-or-nothing writes), :mod:`._check`
 (``fold --check``), :mod:`._categories` (how decisions are grouped), :mod:`._draw` (the
-picture), :mod:`._progress` (the progress bar). ``report.schema.json`` beside them is the JSON
-Schema of ``inspect --json``.
+picture), :mod:`._offload` (``offload`` and ``draw --backend``), :mod:`._progress` (the progress
+bar). ``report.schema.json`` beside them is the JSON Schema of ``inspect --json``,
+``offload.schema.json`` that of ``offload --json``.
 """
 
 from __future__ import annotations

@@ -26,6 +26,14 @@ from . import _check
 from ._categories import category_of, selected
 from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError, closest
 from ._load import LoadedModel, load_model
+from ._offload import (
+    OFFLOAD_COLOURS,
+    backend_report,
+    cmd_offload,
+    load_table,
+    offload_node_data,
+    offload_overlay,
+)
 from ._output import MODULE_SUFFIXES, Outputs, module_text
 from ._progress import Progress
 
@@ -299,18 +307,28 @@ def cmd_draw(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(f"--numeric is for Model Explorer node data (-o OUT.json), not {suffix}")
     if suffix == ".json":
         _require_explorer_graph(args.model)
+    table = load_table(args)[0] if args.backend or args.patterns else None
+    if table is not None and args.numeric:
+        raise CliError("--numeric shows bytes, --backend offloads: draw one of them at a time")
     with Progress(["import", "fold", "draw"], quiet=args.quiet) as progress:
         model = _load(args, progress)
         result = _fold(model, spec, progress)
         progress.step("drawing")
         title = f"fold-guard plan of {os.path.basename(model.path)}"
         report = _report(model, result)
+        offload = None if table is None else backend_report(model, table)
+        overlay = {} if offload is None else offload_overlay(offload, _node_ids(result.plan))
+        legend = list(OFFLOAD_COLOURS.values()) if offload is not None else []
         if suffix == ".json":
-            text = _node_data_text(model, result, args)
+            text = _node_data_text(model, result, args, offload)
         elif suffix == ".svg":
-            text = render_svg(result.plan, report, title=title)
+            text = render_svg(
+                result.plan, report, title=title, overlay=overlay, overlay_legend=legend
+            )
         else:
-            text = render_html(result.plan, report, title=title)
+            text = render_html(
+                result.plan, report, title=title, overlay=overlay, overlay_legend=legend
+            )
     outputs.commit({"-o": text})
     if not args.quiet:
         _emit(out, f"wrote {len(result.plan.decisions)} calls to {args.output}")
@@ -333,7 +351,13 @@ def _require_explorer_graph(path: str) -> None:
         )
 
 
-def _node_data_text(model: LoadedModel, result: Any, args: argparse.Namespace) -> str:
+def _node_ids(plan: Any) -> Dict[Any, int]:
+    return {(node.function, node.label): node.id for node in plan.graph.nodes}
+
+
+def _node_data_text(
+    model: LoadedModel, result: Any, args: argparse.Namespace, offload: Any = None
+) -> str:
     from ._node_data import node_data
 
     if model.explorer is None:
@@ -341,6 +365,9 @@ def _node_data_text(model: LoadedModel, result: Any, args: argparse.Namespace) -
             f"{model.path}: Model Explorer node data needs the Relax import (--ir relax)"
         )
     data = node_data(result.plan, model.explorer, numeric=args.numeric)
+    if offload is not None:  # draw --backend: a call a table could take shows its offload
+        graph = data.get(model.explorer.graph_id, data) if model.explorer.graph_id else data
+        graph["results"].update(offload_node_data(offload, model.explorer.calls))
     return json.dumps(data, indent=1) + "\n"
 
 
@@ -402,6 +429,7 @@ COMMANDS = {
     "inspect": cmd_inspect,
     "fold": cmd_fold,
     "draw": cmd_draw,
+    "offload": cmd_offload,
     "policies": cmd_policies,
     "demo": cmd_demo,
 }

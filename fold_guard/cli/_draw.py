@@ -34,7 +34,7 @@ from .._core.planner import FoldPlan
 from .._core.summary import format_bytes, tensor_text
 from ._categories import CATEGORIES, category_of
 
-__all__ = ["call_details", "render_svg", "svg_graph", "svg_style"]
+__all__ = ["Overlay", "call_details", "render_svg", "svg_graph", "svg_style"]
 
 _BOX_H, _GAP_X, _GAP_Y, _MARGIN = 34, 18, 28, 16
 _MIN_BOX_W = 120
@@ -128,13 +128,22 @@ def _chains(plan: FoldPlan, report: Mapping[str, Any]) -> List[List[int]]:
     return chains
 
 
-def _boxes(plan: FoldPlan, report: Mapping[str, Any], *, collapse: bool) -> List[_Box]:
+#: ``draw --backend``: node id -> (fill colour, caption, hover note) of each call a table could
+#: take (``._offload.offload_overlay``); the box shows its offload instead of its decision.
+Overlay = Mapping[int, Tuple[str, str, str]]
+
+
+def _boxes(
+    plan: FoldPlan, report: Mapping[str, Any], *, collapse: bool, overlay: Optional[Overlay] = None
+) -> List[_Box]:
     groups = _chains(plan, report) if collapse else [[node.id] for node in plan.graph.nodes]
     boxes = []
     for members in groups:
         if len(members) == 1:
             index = members[0]
             title, subtitle = _call_caption(plan, report, index)
+            if overlay and index in overlay:
+                subtitle = overlay[index][1]
             annotation = plan.graph.nodes[index].annotation
             boxes.append(
                 _Box(
@@ -240,9 +249,16 @@ def _search_text(plan: FoldPlan, report: Mapping[str, Any], members: Sequence[in
 
 
 def svg_graph(
-    plan: FoldPlan, report: Mapping[str, Any], *, title: str, collapse: bool, standalone: bool
+    plan: FoldPlan,
+    report: Mapping[str, Any],
+    *,
+    title: str,
+    collapse: bool,
+    standalone: bool,
+    overlay: Optional[Overlay] = None,
 ) -> Tuple[str, float, float]:
-    boxes = _boxes(plan, report, collapse=collapse)
+    overlay = overlay or {}
+    boxes = _boxes(plan, report, collapse=collapse and not overlay, overlay=overlay)
     edges = _layout(plan, boxes)
     width = max((box.x + box.width for box in boxes), default=0) + _MARGIN
     height = max((box.y + _BOX_H for box in boxes), default=0) + _MARGIN
@@ -271,11 +287,15 @@ def svg_graph(
             ident = f'class="node chain not_constant" data-members="{members}"'
         else:
             hover = _hover(infos[box.members[0]])
+            if box.members[0] in overlay:
+                hover = overlay[box.members[0]][2] + "\n" + hover
             ident = (
                 f'class="node {box.category}{" " + box.annotation if box.annotation else ""}" '
                 f'data-id="{box.members[0]}"'
             )
         fill = CATEGORIES[box.category][1]
+        if not box.is_chain and box.members[0] in overlay:
+            fill = overlay[box.members[0]][0]
         out.append(
             f'<g {ident} data-box="{b}" data-category="{box.category}" '
             f'data-search="{html.escape(_search_text(plan, report, box.members))}" '
@@ -290,27 +310,37 @@ def svg_graph(
     return "".join(part for part in out if part), width, height
 
 
-def render_svg(plan: FoldPlan, report: Mapping[str, Any], *, title: str = "") -> str:
-    """The plan's graph as a standalone SVG document: one box per call, no script."""
-    svg, width, height = svg_graph(plan, report, title=title, collapse=False, standalone=False)
-    legend_h = 24 + 20 * (len(CATEGORIES) + 2)
+def render_svg(
+    plan: FoldPlan,
+    report: Mapping[str, Any],
+    *,
+    title: str = "",
+    overlay: Optional[Overlay] = None,
+    overlay_legend: Sequence[Tuple[str, str]] = (),
+) -> str:
+    """The plan's graph as a standalone SVG document: one box per call, no script. With an
+    ``overlay`` (``draw --backend``) its calls show their offload, ``overlay_legend`` says how."""
+    svg, width, height = svg_graph(
+        plan, report, title=title, collapse=False, standalone=False, overlay=overlay
+    )
+    legend_h = 24 + 20 * (len(CATEGORIES) + 2 + len(overlay_legend))
     total_w, total_h = max(width, 340), height + legend_h
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" height="{total_h:.0f}" '
         f'viewBox="0 0 {total_w:.0f} {total_h:.0f}" font-family="sans-serif" font-size="11">'
         f"<style>{svg_style()}</style>"
         + (f"<title>{html.escape(title)}</title>" if title else "")
-        + _legend()
+        + _legend(overlay_legend)
         + f'<svg y="{legend_h}" width="{width:.0f}" height="{height:.0f}">'
         + svg.split(">", 1)[1]
         + "</svg>"
     )
 
 
-def _legend() -> str:
+def _legend(extra: Sequence[Tuple[str, str]] = ()) -> str:
     items = ['<g class="legend"><text class="legend-title" x="16" y="18">decision</text>']
     y = 28
-    for key, (text, fill) in CATEGORIES.items():
+    for key, (text, fill) in [*(("offload", entry) for entry in extra), *CATEGORIES.items()]:
         items.append(
             f'<g class="legend-item" data-category="{key}"><rect x="16" y="{y}" width="14" height="14" '
             f'fill="{fill}"/><text x="36" y="{y + 11}">{html.escape(text)}</text></g>'

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .._core.planner import FoldPlan
 from .._core.summary import format_bytes
 from ._categories import CATEGORIES, GROUPS, category_of
-from ._draw import call_details, svg_graph, svg_style
+from ._draw import Overlay, call_details, svg_graph, svg_style
 
 __all__ = ["render_html"]
 
@@ -26,8 +26,18 @@ def _counts(report: Mapping[str, Any]) -> Dict[str, int]:
     return counts
 
 
-def render_html(plan: FoldPlan, report: Mapping[str, Any], *, title: str) -> str:
-    """The interactive page: headline, filters, search, zoomable graph and a details panel."""
+def render_html(
+    plan: FoldPlan,
+    report: Mapping[str, Any],
+    *,
+    title: str,
+    overlay: Optional[Overlay] = None,
+    overlay_legend: Sequence[Tuple[str, str]] = (),
+) -> str:
+    """The interactive page: headline, filters, search, zoomable graph and a details panel.
+
+    With an ``overlay`` (``draw --backend``) every call shows on its own and those of the
+    overlay show their offload (``overlay_legend`` says how)."""
     report = {
         **report,
         "decisions": [
@@ -35,7 +45,9 @@ def render_html(plan: FoldPlan, report: Mapping[str, Any], *, title: str) -> str
             for record, decision in zip(report["decisions"], plan.decisions)
         ],
     }
-    svg, _, _ = svg_graph(plan, report, title=title, collapse=True, standalone=False)
+    svg, _, _ = svg_graph(
+        plan, report, title=title, collapse=True, standalone=False, overlay=overlay
+    )
     counts = _counts(report)
     groups = {group: sum(counts[c] for c in members) for group, members in GROUPS.items()}
     constants = ""
@@ -57,6 +69,10 @@ def render_html(plan: FoldPlan, report: Mapping[str, Any], *, title: str) -> str
         f'<button class="filter legend-item" data-filter="{key}" data-category="{key}">'
         f'<span class="swatch" style="background:{fill}"></span>{html.escape(text)} ({counts[key]})</button>'
         for key, (text, fill) in CATEGORIES.items()
+    ) + "".join(
+        f'<span class="legend-item"><span class="swatch" style="background:{fill}"></span>'
+        f"{html.escape(text)}</span>"
+        for text, fill in overlay_legend
     )
     details = [call_details(plan, report, index) for index in range(len(plan.decisions))]
     return _PAGE.format(

@@ -1,4 +1,4 @@
-"""The command line: ``fold-guard {inspect,fold,draw,policies,demo}`` and their options.
+"""The command line: ``fold-guard {inspect,fold,draw,offload,policies,demo}`` and their options.
 
 This module imports nothing but the standard library, so that ``fold-guard --help`` and
 ``--version`` answer without importing fold_guard (whose import loads TVM): the console script's
@@ -187,6 +187,23 @@ def _model_options(parser: argparse.ArgumentParser, *, policy_help: str) -> None
     )
 
 
+def _backend_options(parser: argparse.ArgumentParser, what: str, *, required: bool = False) -> None:
+    table = parser.add_mutually_exclusive_group(required=required)
+    table.add_argument(
+        "--backend",
+        metavar="NAME",
+        help=f"{what}: a pattern table TVM's registry knows (Relax: nnapi, clml, cublas, cutlass, "
+        "example_npu, or a prefix of registered pattern names; Relay: cmsis-nn, "
+        "arm_compute_lib, ethos-n, dnnl)",
+    )
+    table.add_argument(
+        "--patterns",
+        metavar="MODULE:ATTRIBUTE",
+        help=f"{what}: your own table, the list (or a function returning it) as FuseOpsByPattern "
+        "/ MergeComposite take it; imported only with --trust-model",
+    )
+
+
 def build_parser(version: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of ``fold-guard``; every subcommand has ``--help``.
 
@@ -283,11 +300,43 @@ def build_parser(version: Optional[str] = None) -> argparse.ArgumentParser:
         metavar="OUT",
         help="plan.html or plan.svg, or decisions.json: Model Explorer node data (.onnx models)",
     )
+    _backend_options(draw, "colour every call a table could take by its offload")
     draw.add_argument(
         "--numeric",
         action="store_true",
         help="node data: the bytes each node's folds add (+) or save (-), not the decisions",
     )
+
+    offload = sub.add_parser(
+        "offload",
+        parents=[common],
+        help="what a backend's pattern table offloads under each fold, and why not the rest",
+        description="Try a backend's pattern table on MODEL after stock FoldConstant, under every "
+        "built-in policy and under backend_policy (the fold the table itself asks for), then "
+        "list every call under backend_policy: the composite that took it, or why none did. "
+        "Matching needs no device.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    offload.add_argument(
+        "model", metavar="MODEL", help="the model file (.onnx, .json, .py, .tflite or .pt2)"
+    )
+    offload.add_argument("--ir", choices=IR_CHOICES, default="relax", help="as for inspect")
+    offload.add_argument(
+        "--fq2i", action="store_true", help="Relay: run FakeQuantizationToInteger after the import"
+    )
+    offload.add_argument(
+        "--trust-model",
+        action="store_true",
+        help="allow what runs code: a .py or .pt2 MODEL (as for inspect), --patterns",
+    )
+    _backend_options(offload, "the table", required=True)
+    offload.add_argument(
+        "--json",
+        action="store_true",
+        help="print it as JSON (schema fold-guard-offload, version 1: offload.schema.json)",
+    )
+    offload.set_defaults(weights_as_params=False)
 
     policies = sub.add_parser(
         "policies",

@@ -5,7 +5,7 @@ is harmless) and teaches TVMScript to parse ``R.fold_barrier(x)`` / ``R.fold_all
 
 >>> import fold_guard.relax as fgr
 >>> sorted(name for name in fgr.__all__ if name[0].isupper())
-['FoldConstant', 'FoldResult', 'ReleaseBarriers']
+['FoldConstant', 'FoldResult', 'OffloadReason', 'OffloadReport', 'OffloadRow', 'ReleaseBarriers']
 """
 
 # Never import tvm next to tvm_tirx (apache-tvm-tirx): the process would abort; say so instead.
@@ -20,6 +20,7 @@ _register_errors_with_ffi()
 
 from ._annotate import annotate  # noqa: E402
 from ._ledger import ledger  # noqa: E402
+from ._offload import backend_policy, explain_offload  # noqa: E402
 from ._ops import fold_allow, fold_barrier  # noqa: E402
 from ._ops import register_ops as _register_ops  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, plan  # noqa: E402
@@ -28,13 +29,20 @@ from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
 _register_ops()
 
+from .._core import OffloadReason, OffloadReport, OffloadRow  # noqa: E402
+
 __all__ = [
     "FoldConstant",
     "FoldResult",
+    "OffloadReason",
+    "OffloadReport",
+    "OffloadRow",
     "ReleaseBarriers",
     "absorb_weight_dequantize",
     "annotate",
+    "backend_policy",
     "dequantized_constant",
+    "explain_offload",
     "fold",
     "fold_allow",
     "fold_barrier",

@@ -7,6 +7,7 @@ gives the graph and the kernels; the core plans; an engine (``_engine``, chosen 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
@@ -19,6 +20,7 @@ from .._adapter import fold_constant_pass
 from .._core.driver import evaluate_until_stable, releasable
 from .._core.errors import PlanInvariantError, PreconditionError
 from .._core.graph import FoldGraph
+from .._core.offload import bind_tables
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec, resolve_policy, with_budget
@@ -90,7 +92,11 @@ def analyse(
     # Step 3. Build the graph's nodes, each once, with what legalization found.
     translation = walk.translate(legalized.facts)
     graph = FoldGraph(translation.nodes)
-    return Analysis(mod, translation, graph, policy, legalized.kernels, legalized.pending_scalars)
+    analysis = Analysis(
+        mod, translation, graph, policy, legalized.kernels, legalized.pending_scalars
+    )
+    # A backend table's rules are settled on this module (fold_guard._core.offload).
+    return dataclasses.replace(analysis, policy=bind_tables(policy, analysis))
 
 
 @serialized

@@ -18,12 +18,14 @@ Public surface:
   ``policy``; ``.mod`` is the new module, ``.placed`` what was placed
 - ``release_barriers(mod)`` / ``ReleaseBarriers()`` and ``partition(mod, partition_fn) ->
   Partitioned``: right before a backend's partitioner, the barriers go and nothing folds
+- ``backend_policy(table)`` / ``explain_offload(mod, table)``: the fold a backend's pattern
+  table asks for, and why each layer was (not) offloaded
 - ``allow_constant_qnn(mod) -> IRModule``: wrap the constant QNN subgraphs
   ``FakeQuantizationToInteger`` leaves in ``fold_allow``
 
 >>> import fold_guard.relay as fgr
 >>> sorted(name for name in fgr.__all__ if name[0].isupper())
-['FoldConstant', 'FoldResult', 'ReleaseBarriers']
+['FoldConstant', 'FoldResult', 'OffloadReason', 'OffloadReport', 'OffloadRow', 'ReleaseBarriers']
 """
 
 # Never import tvm next to tvm_tirx (apache-tvm-tirx): the process would abort; say so instead.
@@ -41,17 +43,24 @@ from ._ops import register_ops as _register_ops  # noqa: E402
 
 _register_ops()
 
+from .._core import OffloadReason, OffloadReport, OffloadRow  # noqa: E402
 from ._annotate import allow_constant_qnn, annotate  # noqa: E402
 from ._ledger import ledger  # noqa: E402
+from ._offload import backend_policy, explain_offload  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, fold_function, plan  # noqa: E402
 from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
 __all__ = [
     "FoldConstant",
     "FoldResult",
+    "OffloadReason",
+    "OffloadReport",
+    "OffloadRow",
     "ReleaseBarriers",
     "allow_constant_qnn",
     "annotate",
+    "backend_policy",
+    "explain_offload",
     "fold",
     "fold_allow",
     "fold_barrier",

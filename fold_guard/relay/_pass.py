@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -13,6 +14,7 @@ from .._adapter import fold_constant_pass
 from .._core.driver import evaluate_until_stable
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
+from .._core.offload import bind_tables
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec, resolve_policy, with_budget
@@ -107,7 +109,9 @@ def analyse(
     selected = foldable_functions(typed, functions)
     translation = walk_relay(typed, selected)
     timer.lap("walk")
-    return Analysis(typed, translation, FoldGraph(translation.nodes), policy, selected)
+    analysis = Analysis(typed, translation, FoldGraph(translation.nodes), policy, selected)
+    # A backend table's rules are settled on this module (fold_guard._core.offload).
+    return dataclasses.replace(analysis, policy=bind_tables(policy, analysis))
 
 
 def _plan_and_evaluate(
