@@ -61,7 +61,7 @@ def allow_roots(wide: FoldPlan, narrow: FoldPlan) -> Tuple[int, ...]:
     if wide.graph is not narrow.graph:
         raise PlanInvariantError("allow_roots compares two plans of the same FoldGraph")
     graph = wide.graph
-    consumers = graph.consumers()
+    consumers = graph.value_consumers()
 
     def only_wide(node_id: int) -> bool:
         return wide.folds(node_id) and not narrow.folds(node_id)

@@ -98,7 +98,7 @@ def _is_quantize_of_constant(call: CallView) -> bool:
 
 def _reads_only_as_quantize_data(call: CallView) -> bool:
     """Every call that reads the result is a quantize, reading it as its data (first) operand."""
-    consumers = call.uses.consumers[call.node.id]
+    consumers = call.graph.value_consumers()[call.node.id]
     return bool(consumers) and all(
         _is_quantize_of(call.graph.nodes[user], call.node.id) for user in consumers
     )

@@ -149,4 +149,6 @@ def _zero_size_constant(
         return None
     shape = tensor.shape  # type: ignore[union-attr]
     out.zero_size.append(index)
-    return relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
+    dtype = tensor.dtype  # type: ignore[union-attr]
+    # the dtype given twice: TVM types an empty NumPy array of float64 as float32 otherwise
+    return relax.const(np.zeros(tuple(int(d or 0) for d in shape), dtype), dtype)

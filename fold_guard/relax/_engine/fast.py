@@ -201,12 +201,13 @@ class FastEngine:
         return Call(node, start, nbytes, len(blocks.bounds) if blocks is not None else 1)
 
     def _operands(self, node: FoldNode, site: CallSite, values: Values) -> List[Any]:
-        """Per operand of ``site``: the tensor of its constant, else of the node it reads."""
+        """Per operand of ``site``: the tensor of its constant, else of the node it reads (None
+        for one whose value the kernel does not read and that has none here)."""
         return [
             _compat.constant_array(constant)
             if constant is not None
             else values[inp.source][0]
-            if inp.kind is InputKind.NODE
+            if inp.kind is InputKind.NODE and (inp.reads_value or inp.source in values)
             else None
             for constant, inp in zip(site.leaf_constants, node.inputs)
         ]
