@@ -95,7 +95,8 @@ def test_a_requantize_of_a_constant_folds_under_the_qdq_policies_unless_kept():
 
 def test_qdq_accelerator_folds_relay_qnn_quantize_of_weights():
     g = G()
-    qdq_weight(g, "qnn")  # adds w_q and w to g
+    _, w = qdq_weight(g, "qnn")  # adds w_q and w to g
+    g.call("nn.dense", g.runtime("x", *F32), w, label="y", default_fold=False)
     plan = plan_folds(g.build(), QDQ_ACCELERATOR_POLICY)
     assert summary(plan)["w_q"] == "FOLDED fold-quantize-of-constant"
     assert summary(plan)["w"] == "KEPT_BY_POLICY keep-dequantize-of-integer-constant"

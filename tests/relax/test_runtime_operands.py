@@ -91,9 +91,9 @@ class ZerosLikeOfExpExpected:
 @I.ir_module
 class OnesEyeAndCollapse:
     @R.function
-    def main(
-        x: R.Tensor((3, 3), "float32"), y: R.Tensor((1, 4), "float32")
-    ) -> R.Tuple(R.Tensor((3, 3), "float32"), R.Tensor((1, 4), "float32")):
+    def main(x: R.Tensor((3, 3), "float32"), y: R.Tensor((1, 4), "float32")) -> R.Tuple(
+        R.Tensor((3, 3), "float32"), R.Tensor((1, 4), "float32")
+    ):
         with R.dataflow():
             o = R.ones_like(x)  # folds
             i = R.eye_like(x, 1)  # folds: the diagonal's offset is an attribute
@@ -108,9 +108,9 @@ class OnesEyeAndCollapse:
 @I.ir_module
 class OnesEyeAndCollapseExpected:
     @R.function
-    def main(
-        x: R.Tensor((3, 3), "float32"), y: R.Tensor((1, 4), "float32")
-    ) -> R.Tuple(R.Tensor((3, 3), "float32"), R.Tensor((1, 4), "float32")):
+    def main(x: R.Tensor((3, 3), "float32"), y: R.Tensor((1, 4), "float32")) -> R.Tuple(
+        R.Tensor((3, 3), "float32"), R.Tensor((1, 4), "float32")
+    ):
         with R.dataflow():
             a = R.add(x, R.const(np.eye(3, k=1, dtype="float32")))
             b = R.add(y, R.const(C.sum(axis=0, keepdims=True)))
@@ -159,9 +159,9 @@ def test_the_folded_module_runs_as_the_unfolded_one():
 @I.ir_module
 class ZerosLikeOfWeight:
     @R.function
-    def main(
-        x: R.Tensor((4, 4), "float32"), w: R.Tensor((4, 4), "float32")
-    ) -> R.Tensor((4, 4), "float32"):
+    def main(x: R.Tensor((4, 4), "float32"), w: R.Tensor((4, 4), "float32")) -> R.Tensor(
+        (4, 4), "float32"
+    ):
         R.func_attr({"num_input": 1})
         with R.dataflow():
             z = R.zeros_like(w)  # folds: stock FoldConstant does not wait for the lifting
@@ -173,9 +173,9 @@ class ZerosLikeOfWeight:
 @I.ir_module
 class ZerosLikeOfWeightExpected:
     @R.function
-    def main(
-        x: R.Tensor((4, 4), "float32"), w: R.Tensor((4, 4), "float32")
-    ) -> R.Tensor((4, 4), "float32"):
+    def main(x: R.Tensor((4, 4), "float32"), w: R.Tensor((4, 4), "float32")) -> R.Tensor(
+        (4, 4), "float32"
+    ):
         R.func_attr({"num_input": 1})
         with R.dataflow():
             lv = R.add(x, w)
@@ -271,7 +271,9 @@ class OutsideDataflow:
         return y
 
 
-@pytest.mark.parametrize("before", [SymbolicShape, OutsideDataflow], ids=["symbolic", "no dataflow"])
+@pytest.mark.parametrize(
+    "before", [SymbolicShape, OutsideDataflow], ids=["symbolic", "no dataflow"]
+)
 def test_unchanged_where_stock_leaves_it(before):
     tvm.ir.assert_structural_equal(relax.transform.FoldConstant()(before), before)
     check_before_after(before, before, fgr.FoldConstant())
