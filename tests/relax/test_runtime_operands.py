@@ -26,7 +26,6 @@ from golden import check_before_after
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
-from tvm.script import tirx as T
 
 import fold_guard.relax as fgr
 from fold_guard import Action, Reason
@@ -254,7 +253,6 @@ def test_an_allow_does_not_reach_through_a_read_of_a_shape():
 class SymbolicShape:
     @R.function
     def main(x: R.Tensor(("n", 4), "float32")) -> R.Tensor(("n", 4), "float32"):
-        n = T.int64()
         with R.dataflow():
             z = R.zeros_like(x)  # kept: its result has a symbolic dim
             y = R.add(x, z)
