@@ -162,9 +162,10 @@ class Annotated(Generic[ModuleT]):
 
     def explain(self) -> str:
         """One line per placed annotation, after a count."""
+        placed = len(self.allows) + len(self.barriers)
         head = (
-            f"annotated for policy {self.policy_name!r}: {len(self.allows)} fold_allow, "
-            f"{len(self.barriers)} fold_barrier"
+            f"placed {placed} annotation{'' if placed == 1 else 's'} for policy "
+            f"{self.policy_name!r}: {len(self.allows)} fold_allow, {len(self.barriers)} fold_barrier"
         )
         if self.lift_stops:
             head += f", {len(self.lift_stops)} stop_lift_params (weights as parameters)"

@@ -239,7 +239,7 @@ def test_placements_relay_qnn_quantize_gets_an_allow_and_no_barrier():
     assert annotated.allows == placed and annotated.barriers == ()
     assert (
         annotated.explain().splitlines()[0]
-        == "annotated for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier"
+        == "placed 1 annotation for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier"
     )
 
 

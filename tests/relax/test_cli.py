@@ -204,7 +204,10 @@ def test_fold_annotate_writes_the_annotated_module(model_files, tmp_path):
     assert result.returncode == 0, result.stderr
     expected = fgr.annotate(imported(model_files["qdq_cnn"]), policy="qdq-accelerator")
     tvm.ir.assert_structural_equal(tvm.ir.load_json(out.read_text()), expected.mod)
-    assert "annotated for policy 'qdq-accelerator': 0 fold_allow, 10 fold_barrier" in result.stdout
+    assert (
+        "placed 10 annotations for policy 'qdq-accelerator': 0 fold_allow, 10 fold_barrier"
+        in result.stdout
+    )
     # The annotated file keeps the decisions through a plain default fold.
     again = run("inspect", str(out), "--json")
     assert json.loads(again.stdout)["counts"]["by_reason"]["kept_by_barrier"] == 25
