@@ -111,7 +111,7 @@ def test_inspect_text_is_grouped_and_names_onnx_layers(model_files):
         "keep-dequantize-of-integer-constant: kept 10 (+5 kept because an input was): "
         "conv0, conv1, conv2, conv3, fc" in out
     )
-    assert "constants: 9.88 KiB before, 9.88 KiB after" in out
+    assert "constants: 9.81 KiB before, 9.81 KiB after" in out
     assert "input input" not in out
     assert len(out.splitlines()) < 25  # grouped: not one line per call
 
