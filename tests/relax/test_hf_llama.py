@@ -12,7 +12,7 @@ TVM's torch frontend both fail on the model's own boolean mask code). Two import
 Each path: ``default`` is structurally equal to stock (RFC.md, guarantee 1: such imports have
 ``full_like`` / ``zeros_like`` calls on run-time values, folded by stock); ``keep-qdq-weights``
 keeps every linear layer's weight int8 behind its dequantize and folds the embedding table's
-(read by ``take``, no weight); built, the folded modules compute the unfolded one's logits bit
+(read by ``take``, no weight; onnxruntime quantizes the table, XNNPACK does not); built, the folded modules compute the unfolded one's logits bit
 for bit. Whole models: full lane only (about a minute each path on two cores).
 """
 
@@ -109,7 +109,10 @@ def test_keep_qdq_weights_keeps_every_linear_weight_int8_and_folds_the_embedding
     mod = imported(how)
     result = fgr.fold(mod, policy="keep-qdq-weights")
     assert len(linear_weight_dequantizes(result.mod)) == LINEAR_LAYERS, result.plan.explain()
-    # the embedding table's dequantize is read by take, no weight: folded as the default does
+    if how == "pt2e":
+        return  # XNNPACK's quantizer leaves the embedding table float
+    # onnxruntime quantizes the table too: its dequantize is read by take, no weight, and folds
+    # as the default does
     embedding = [
         d
         for d in result.plan.decisions

@@ -5,10 +5,13 @@ weights: nothing is downloaded. 2 layers, hidden size 64 (the issue's report use
 the ONNX export, the quantization and the builds to seconds), 4 heads over 2 key-value heads,
 a 256-token vocabulary and 8 tokens in.
 
-The model gets a *ready* causal mask: a float tensor of ``-inf`` above the diagonal built from
-the sequence length, passed as ``attention_mask``. With the model's own mask code, the
-TorchScript ONNX exporter stops at ``aten::diff`` (transformers' packed-sequence check) and TVM's
-torch frontend fails on the boolean mask ops; with a ready mask both go through.
+The model gets a *ready* causal mask: a float tensor of ``-inf`` above the diagonal, held as a
+buffer and passed as ``attention_mask`` (and the positions as ``position_ids``). With the
+model's own mask code the TorchScript ONNX exporter stops at ``aten::diff`` (transformers'
+packed-sequence check) and TVM's torch frontend fails on the boolean mask ops; a mask made at
+run time with ``torch.full(..., -inf)`` imports as ``R.full`` with a ``PrimValue`` fill, which
+TVM 0.27's legalizer (and so its build and stock ``FoldConstant``) rejects. With a ready mask
+both exports go through.
 
 * :func:`onnx_qdq`: exported to ONNX (TorchScript exporter, opset 17) and quantized by
   onnxruntime's ``quantize_static`` in QDQ form, per-channel int8 weights, uint8 activations
@@ -63,12 +66,16 @@ def llama(seed: int = 0) -> Any:
         def __init__(self, model: Any) -> None:
             super().__init__()
             self.model = model
+            # a buffer, so both exports see a constant: made at run time, torch's full(-inf)
+            # imports as R.full with a PrimValue fill, which TVM 0.27's legalizer rejects
+            causal = torch.triu(torch.full((SEQUENCE, SEQUENCE), float("-inf")), diagonal=1)
+            self.register_buffer("mask", causal[None, None])
+            self.register_buffer("positions", torch.arange(SEQUENCE).unsqueeze(0))
 
         def forward(self, input_ids: Any) -> Any:
-            n = input_ids.shape[1]
-            mask = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)[None, None]
-            positions = torch.arange(n).unsqueeze(0)
-            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions)
+            out = self.model(
+                input_ids=input_ids, attention_mask=self.mask, position_ids=self.positions
+            )
             return out.logits
 
     torch.manual_seed(seed)
