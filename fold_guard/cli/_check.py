@@ -154,6 +154,8 @@ def _rows(table: Any, attrs: Any) -> Optional[int]:
     ty = getattr(table, "checked_type", None) or getattr(table, "ty", None)
     shape = getattr(ty, "shape", None)
     values = getattr(shape, "values", shape)
+    if values is None:
+        return None
     try:
         dims = [int(getattr(dim, "value", dim)) for dim in values]
     except (TypeError, ValueError):

@@ -23,6 +23,9 @@ import pytest
 import tvm
 import tvm_ffi
 from golden import check_before_after
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.profiles import examples
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -300,3 +303,60 @@ def test_a_zero_size_float64_value_keeps_its_dtype(reference):
     result = fgr.fold(PowerOfEmptyFloat64, reference_engine=reference)
     assert tvm_ffi.structural_equal(result.mod, stock), result.plan.explain()
     assert [d.action for d in result.plan.decisions][:3] == [Action.FOLD] * 3
+
+
+# ------------------------------------------------------------ a property over compositions
+
+#: Calls on the run-time ``x`` (or on what the last of them computed): their kernels read it.
+_READING = {
+    "exp": relax.op.exp,
+    "negative": relax.op.negative,
+    "add x": lambda v, x: relax.op.add(v, x),
+    "sum keepdims": lambda v: relax.op.sum(v, axis=[1], keepdims=True),
+}
+#: Calls whose kernel reads only their run-time operand's shape (none read its value).
+_SHAPE_ONLY = {
+    "zeros_like": relax.op.zeros_like,
+    "ones_like": relax.op.ones_like,
+    "full_like": lambda v: relax.op.full_like(v, relax.const(2.5, "float32")),
+    "eye_like": lambda v: relax.op.eye_like(v, 0),
+    "collapse_sum_like": lambda v: relax.op.collapse_sum_like(
+        relax.const(np.arange(12, dtype="float32").reshape(3, 4)), v
+    ),
+}
+
+
+def _composition(reading, shape_only, consume) -> tvm.IRModule:
+    """``main(x: f32[3, 4])``: ``reading`` calls on x in turn, a shape-only call on their
+    result, and (``consume``) a call that adds x to it."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            value = x
+            for name in reading:
+                make = _READING[name]
+                value = bb.emit(make(value, x) if name == "add x" else make(value))
+            value = bb.emit(_SHAPE_ONLY[shape_only](value))
+            if consume:
+                value = bb.emit(relax.op.add(x, relax.op.broadcast_to(value, (3, 4))))
+            gv = bb.emit_output(value)
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(
+    reading=st.lists(st.sampled_from(sorted(_READING)), max_size=3),
+    shape_only=st.sampled_from(sorted(_SHAPE_ONLY)),
+    consume=st.booleans(),
+)
+def test_default_equals_stock_on_compositions_with_run_time_operands(reading, shape_only, consume):
+    """Guarantee 1 over random compositions: what only a shape-only call reads disappears with
+    it, as in stock, and the rest stays."""
+    mod = _composition(reading, shape_only, consume)
+    stock = relax.transform.FoldConstant()(mod)
+    result = fgr.fold(mod)
+    assert tvm_ffi.structural_equal(result.mod, stock), (result.plan.explain(), stock)
+    folded = [d for d in result.plan.folded if d.op.startswith("relax.") and "_like" in d.op]
+    assert len(folded) == 1 and "reads only" in folded[0].detail, result.plan.explain()

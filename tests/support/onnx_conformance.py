@@ -194,8 +194,8 @@ def check(case: Any, side: Side, tally: Tally, binding: str = CONSTANTS) -> None
             problems.append(
                 f"stock raises, but no call is kept with a reason:\n{result.plan.explain()}"
             )
-        if not side.well_formed(result.mod):
-            problems.append("stock raises, and our output is not well formed")
+        if side.well_formed(mod) and not side.well_formed(result.mod):
+            problems.append("stock raises, and our output is not well formed (its input was)")
     elif side.equal(result.mod, stock):
         outcome = EQUAL
         stock_values = side.constant_outputs(stock)
