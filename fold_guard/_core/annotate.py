@@ -197,13 +197,14 @@ def placements(
     >>> from fold_guard._core.planner import plan_folds
     >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY, KEEP_QDQ_WEIGHTS_POLICY
     >>> i8, f32 = TensorInfo.of("int8", (4,)), TensorInfo.of("float32", (4,))
-    >>> w = NodeInput(InputKind.CONSTANT, "w", i8)
+    >>> w, x = NodeInput(InputKind.CONSTANT, "w", i8), NodeInput(InputKind.RUNTIME, "x", f32)
     >>> dq = FoldNode(0, "relax.dequantize", "dq", "main", (w,), (f32,))
-    >>> g = FoldGraph((dq,))
+    >>> mm = FoldNode(1, "relax.matmul", "y", "main", (x, NodeInput(InputKind.NODE, "dq", f32, 0)), (f32,))
+    >>> g = FoldGraph((dq, mm))
     >>> [str(p) for p in placements(plan_folds(g, KEEP_QDQ_WEIGHTS_POLICY), plan_folds(g, DEFAULT_POLICY))]
     ['main: fold_barrier on w: int8[4] (input 0 of dq = relax.dequantize) [keep-dequantize-of-integer-constant]']
     >>> p = NodeInput(InputKind.PARAMETER, "w", i8)
-    >>> g = FoldGraph((FoldNode(0, "relax.dequantize", "dq", "main", (p,), (f32,)),))
+    >>> g = FoldGraph((FoldNode(0, "relax.dequantize", "dq", "main", (p,), (f32,)), mm))
     >>> [p.stops_lift for p in placements(plan_folds(g, KEEP_QDQ_WEIGHTS_POLICY), plan_folds(g, DEFAULT_POLICY))]
     [True]
     """
