@@ -9,11 +9,13 @@ TVM's torch frontend both fail on the model's own boolean mask code). Two import
 * PT2E: ``torch.export`` + ``torchao``'s XNNPACK quantizer, ``from_exported_program`` with the
   weights as constants and as parameters (``keep_params_as_input=True``).
 
-Each path: ``default`` is structurally equal to stock (RFC.md, guarantee 1: such imports have
-``full_like`` / ``zeros_like`` calls on run-time values, folded by stock); ``keep-qdq-weights``
-keeps every linear layer's weight int8 behind its dequantize and folds the embedding table's
-(read by ``take``, no weight; onnxruntime quantizes the table, XNNPACK does not); built, the folded modules compute the unfolded one's logits bit
-for bit. Whole models: full lane only (about a minute each path on two cores).
+Each path: ``default`` is structurally equal to stock (RFC.md, guarantee 1; with the ready mask
+these imports have no call that reads only a run-time value's shape: ``test_runtime_operands``
+and the ONNX corpus as shipped cover those); ``keep-qdq-weights`` keeps every linear layer's
+weight int8 behind its dequantize and folds the embedding table's (read by ``take``, no weight;
+onnxruntime quantizes the table, XNNPACK does not); built, the folded modules compute the
+unfolded one's logits bit for bit. Whole models: full lane only (1-3 minutes a path on two
+loaded cores).
 """
 
 from __future__ import annotations
