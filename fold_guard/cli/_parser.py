@@ -162,11 +162,11 @@ def check_arguments(args: argparse.Namespace) -> Optional[str]:
 
     The command checks the same again once it runs (and more: a plugin's policies, whether a
     directory takes a file); these are the checks a typo meets, answered in the time Python
-    takes to start.
+    takes to start. Under ``--debug`` they are left to the command, which shows a traceback.
     """
     command = args.command
-    if command not in ("inspect", "fold", "draw"):
-        return None
+    if command not in ("inspect", "fold", "draw") or args.debug:
+        return None  # --debug: the command's own check raises, traceback and all
     problem = model_problem(args.model)
     if problem is None and not args.plugin:
         for name in args.policy or []:
