@@ -36,8 +36,13 @@ def _package_file(relative: str, name: str) -> ModuleType:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), then run the command; return its exit status."""
     version = _package_file("_version.py", "_fold_guard_version").__version__
-    parser = _package_file("cli/_parser.py", "_fold_guard_parser").build_parser(version)
-    args = parser.parse_args(argv)  # --help, --version and usage errors exit here
+    parsing = _package_file("cli/_parser.py", "_fold_guard_parser")
+    args = parsing.build_parser(version).parse_args(argv)  # --help, --version, usage errors exit
+    # What can be told without TVM (a missing model, a policy typo, an output suffix) answers now.
+    problem = parsing.check_arguments(args)
+    if problem is not None:
+        print(f"fold-guard: error: {problem}", file=sys.stderr)
+        return 2
     from fold_guard.cli import run_parsed
 
     return run_parsed(args)

@@ -9,13 +9,17 @@ import sys
 
 from . import _register_available_adapters
 from ._version import __version__
-from .cli import run_parsed
-from .cli._parser import build_parser
+from .cli import EXIT_USAGE, run_parsed
+from .cli._parser import build_parser, check_arguments
 
 
 def main() -> int:
     """Parse ``sys.argv[1:]``, register the adapters (imports TVM), run the command."""
     args = build_parser(__version__).parse_args()  # --help, --version, usage errors exit here
+    problem = check_arguments(args)  # what shows without TVM: before it is imported
+    if problem is not None:
+        print(f"fold-guard: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     _register_available_adapters()
     return run_parsed(args)
 

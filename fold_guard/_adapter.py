@@ -9,7 +9,7 @@ reads it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import tvm
 
@@ -76,16 +76,21 @@ def check_module(
     *,
     not_module_hint: str,
     other_ir_hint: str,
+    importers: Optional[Mapping[str, str]] = None,
 ) -> None:
     """Raise UnsupportedIRError unless ``mod`` is an IRModule whose functions are ``function_types``.
 
     ``adapter`` names the adapter in messages (``fold_guard.relax``); the hints say what to do
     with something that is not a module, and (ending the message, punctuation included) with a
-    function of another IR.
+    function of another IR. ``importers`` maps a frontend's model type (``onnx.ModelProto``) to
+    the call that imports it, the hint for a model passed as it is.
     """
     if not isinstance(mod, tvm.IRModule):
+        kind = f"{type(mod).__module__.split('.')[0]}.{type(mod).__name__}"
+        importer = (importers or {}).get(kind)
+        hint = f"import it first: mod = {importer}" if importer else not_module_hint
         raise UnsupportedIRError(
-            f"{adapter} expects a tvm.IRModule, got {type(mod).__name__}; hint: {not_module_hint}"
+            f"{adapter} expects a tvm.IRModule, got {type(mod).__name__}; hint: {hint}"
         )
     for gvar, func in mod.functions.items():
         if not isinstance(func, function_types):

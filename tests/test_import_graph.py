@@ -40,6 +40,7 @@ TRANSLATION = {
     "_annotate",
     "_requests",
     "_pending",
+    "_reads",
     "_normalize",
     "_apply",
 }

@@ -34,7 +34,11 @@ def check_annotations(graph: FoldGraph) -> None:
 
 
 def allowed_cone(graph: FoldGraph) -> Set[int]:
-    """Nodes upstream of a fold_allow operand, not crossing barriers."""
+    """Nodes upstream of a fold_allow operand, not crossing barriers.
+
+    Only values count: an input whose value a node does not read (``zeros_like(x)``) does not
+    bring ``x``'s subgraph into the cone.
+    """
     allowed: Set[int] = set()
     for node in reversed(graph.nodes):
         if node.annotation is not Annotation.ALLOW and node.id not in allowed:
@@ -42,6 +46,7 @@ def allowed_cone(graph: FoldGraph) -> Set[int]:
         for inp in node.inputs:
             if (
                 inp.kind is InputKind.NODE
+                and inp.reads_value
                 and graph.nodes[inp.source].annotation is not Annotation.BARRIER
             ):
                 allowed.add(inp.source)

@@ -61,7 +61,7 @@ def allow_roots(wide: FoldPlan, narrow: FoldPlan) -> Tuple[int, ...]:
     if wide.graph is not narrow.graph:
         raise PlanInvariantError("allow_roots compares two plans of the same FoldGraph")
     graph = wide.graph
-    consumers = graph.consumers()
+    consumers = graph.value_consumers()
 
     def only_wide(node_id: int) -> bool:
         return wide.folds(node_id) and not narrow.folds(node_id)
@@ -162,9 +162,10 @@ class Annotated(Generic[ModuleT]):
 
     def explain(self) -> str:
         """One line per placed annotation, after a count."""
+        placed = len(self.allows) + len(self.barriers)
         head = (
-            f"annotated for policy {self.policy_name!r}: {len(self.allows)} fold_allow, "
-            f"{len(self.barriers)} fold_barrier"
+            f"placed {placed} annotation{'' if placed == 1 else 's'} for policy "
+            f"{self.policy_name!r}: {len(self.allows)} fold_allow, {len(self.barriers)} fold_barrier"
         )
         if self.lift_stops:
             head += f", {len(self.lift_stops)} stop_lift_params (weights as parameters)"
@@ -196,13 +197,14 @@ def placements(
     >>> from fold_guard._core.planner import plan_folds
     >>> from fold_guard._core.builtin_policies import DEFAULT_POLICY, KEEP_QDQ_WEIGHTS_POLICY
     >>> i8, f32 = TensorInfo.of("int8", (4,)), TensorInfo.of("float32", (4,))
-    >>> w = NodeInput(InputKind.CONSTANT, "w", i8)
+    >>> w, x = NodeInput(InputKind.CONSTANT, "w", i8), NodeInput(InputKind.RUNTIME, "x", f32)
     >>> dq = FoldNode(0, "relax.dequantize", "dq", "main", (w,), (f32,))
-    >>> g = FoldGraph((dq,))
+    >>> mm = FoldNode(1, "relax.matmul", "y", "main", (x, NodeInput(InputKind.NODE, "dq", f32, 0)), (f32,))
+    >>> g = FoldGraph((dq, mm))
     >>> [str(p) for p in placements(plan_folds(g, KEEP_QDQ_WEIGHTS_POLICY), plan_folds(g, DEFAULT_POLICY))]
     ['main: fold_barrier on w: int8[4] (input 0 of dq = relax.dequantize) [keep-dequantize-of-integer-constant]']
     >>> p = NodeInput(InputKind.PARAMETER, "w", i8)
-    >>> g = FoldGraph((FoldNode(0, "relax.dequantize", "dq", "main", (p,), (f32,)),))
+    >>> g = FoldGraph((FoldNode(0, "relax.dequantize", "dq", "main", (p,), (f32,)), mm))
     >>> [p.stops_lift for p in placements(plan_folds(g, KEEP_QDQ_WEIGHTS_POLICY), plan_folds(g, DEFAULT_POLICY))]
     [True]
     """

@@ -85,6 +85,14 @@ def _is_dequantize_of_integer(call: CallView) -> bool:
     )
 
 
+def _is_weight_dequantize(call: CallView) -> bool:
+    """A dequantize of an integer constant whose value is a conv / matmul / dense weight or bias
+    (through other constant calls: a transpose, a reshape): the pattern a QDQ backend matches.
+    An embedding table's dequantize read only by ``take`` is not one: kept, a CPU build would
+    dequantize the whole table at every call."""
+    return _is_dequantize_of_integer(call) and call.feeds_a_weight
+
+
 def _is_quantize_of_constant(call: CallView) -> bool:
     """A quantize op of a constant, or a quantize / encode kernel of a float constant."""
     if not call.lowered:
@@ -98,7 +106,7 @@ def _is_quantize_of_constant(call: CallView) -> bool:
 
 def _reads_only_as_quantize_data(call: CallView) -> bool:
     """Every call that reads the result is a quantize, reading it as its data (first) operand."""
-    consumers = call.uses.consumers[call.node.id]
+    consumers = call.graph.value_consumers()[call.node.id]
     return bool(consumers) and all(
         _is_quantize_of(call.graph.nodes[user], call.node.id) for user in consumers
     )
@@ -159,9 +167,13 @@ def size_guard(
 ) -> FoldPolicy:
     """A policy that keeps folds whose result is much larger than their constant inputs.
 
-    A call is kept when its result takes at least ``min_result_bytes`` and more than
-    ``growth_factor`` times the bytes of its constant inputs (so ``zeros((1024, 1024))``, a
-    broadcast of a scalar, or a ``tile`` stay as run-time ops).
+    A call is kept when its result takes at least ``min_result_bytes`` and at least
+    ``growth_factor`` times the bytes of its largest input (so ``zeros((1024, 1024))``, a
+    broadcast of a scalar, a ``tile`` or ``zeros_like`` of a run-time tensor stay as run-time
+    ops). Measured against the largest input, not the sum of them, so that a dequantize of an
+    int8 weight to float32 (exactly 4x the weight; its scales and zero points are small) is
+    caught by the default factor of 4; an input whose static type alone the call reads is not
+    counted.
 
     >>> guard = size_guard(2.0)
     >>> guard.rules[0].name
@@ -178,15 +190,15 @@ def size_guard(
 
     def grows_too_much(call: CallView) -> bool:
         result = call.result_nbytes
-        if result is None or result < min_result_bytes:
+        if not result or result < min_result_bytes:  # an empty result costs nothing
             return False
-        return result > growth_factor * call.constant_input_nbytes
+        return result >= growth_factor * call.largest_input_nbytes
 
     rule = Rule(
         name,
         Action.KEEP,
-        f"keep a fold whose result is >= {min_result_bytes} bytes and more than "
-        f"{growth_factor:g}x the bytes of its constant inputs",
+        f"keep a fold whose result is >= {min_result_bytes} bytes and at least "
+        f"{growth_factor:g}x the bytes of its largest input (a dequantize of int8 to float32)",
         grows_too_much,
         reads_ops=False,
     )
@@ -205,9 +217,10 @@ def _is_quantized_compute_op(call: CallView) -> bool:
 _KEEP_DEQUANTIZE_OF_INTEGER = Rule(
     "keep-dequantize-of-integer-constant",
     Action.KEEP,
-    "dequantize of an integer constant (or a dequantize / decode kernel of one) stays, so "
-    "backends can match weight Q/DQ and decode-matmul patterns",
-    _is_dequantize_of_integer,
+    "dequantize of an integer constant (or a dequantize / decode kernel of one) that feeds a "
+    "conv / matmul / dense weight or bias stays, so backends can match weight Q/DQ and "
+    "decode-matmul patterns (elsewhere, an embedding's take, it folds as the default says)",
+    _is_weight_dequantize,
 )
 _FOLD_QUANTIZE_OF_CONSTANT = Rule(
     "fold-quantize-of-constant",

@@ -50,9 +50,13 @@ def has_inputs(node: FoldNode, values: Container[int]) -> bool:
     """Whether every node input of ``node`` has a value in ``values`` (node ids).
 
     A folded node reads only folded nodes, so an input without a value failed to evaluate in this
-    round: the node is skipped, and the re-plan keeps it.
+    round: the node is skipped, and the re-plan keeps it. An input whose value the node does not
+    read (``NodeInput.reads_value``) needs none.
     """
-    return all(inp.kind is not InputKind.NODE or inp.source in values for inp in node.inputs)
+    return all(
+        inp.kind is not InputKind.NODE or not inp.reads_value or inp.source in values
+        for inp in node.inputs
+    )
 
 
 def evaluate_until_stable(

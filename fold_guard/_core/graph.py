@@ -43,6 +43,7 @@ __all__ = [
     "TensorInfo",
     "dtype_nbytes",
     "reachable_from_constants",
+    "reads_barrier",
 ]
 
 #: The adapter's module type (``tvm.IRModule``) in the results the core defines for adapters.
@@ -137,12 +138,21 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class NodeInput:
-    """One input of a node. ``label`` names it in messages (a variable name or a short expression)."""
+    """One input of a node. ``label`` names it in messages (a variable name or a short expression).
+
+    ``reads_value`` is False where the call's kernel reads only this input's static type (its
+    shape and dtype), not its value: Relax ``zeros_like(x)`` legalizes to a kernel with no
+    argument for ``x``. Such an input does not stop the call folding, whatever its kind (the
+    stock Relax pass legalizes first and folds a kernel whose arguments are all constants),
+    except the output of a barrier, across which nothing folds. It is still a use of its source
+    (:meth:`FoldGraph.consumers`).
+    """
 
     kind: InputKind
     label: str
     tensor: Optional[TensorInfo] = None
     node: Optional[int] = None
+    reads_value: bool = True
 
     @property
     def source(self) -> int:
@@ -212,6 +222,9 @@ class FoldGraph:
     _consumers: Optional[Dict[int, Tuple[int, ...]]] = field(
         default=None, init=False, repr=False, compare=False
     )
+    _value_consumers: Optional[Dict[int, Tuple[int, ...]]] = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for index, node in enumerate(self.nodes):
@@ -250,6 +263,27 @@ class FoldGraph:
                 users[node.type_source].append(node.id)
         consumers = {key: tuple(value) for key, value in users.items()}
         object.__setattr__(self, "_consumers", consumers)  # frozen; eq and hash ignore it
+        return MappingProxyType(consumers)
+
+    def value_consumers(self) -> Mapping[int, Tuple[int, ...]]:
+        """Like :meth:`consumers`, less the nodes that read only a static type.
+
+        For the questions about where a *value* goes: whether every reader folds with it, or
+        quantizes it; ``zeros_like(x)`` does not need ``x``'s value at run time.
+        """
+        if self._value_consumers is not None:
+            return MappingProxyType(self._value_consumers)
+        users: Dict[int, List[int]] = {node.id: [] for node in self.nodes}
+        for node in self.nodes:
+            for inp in node.inputs:
+                if (
+                    inp.kind in SOURCE_KINDS
+                    and inp.reads_value
+                    and node.id not in users[inp.source]
+                ):
+                    users[inp.source].append(node.id)
+        consumers = {key: tuple(value) for key, value in users.items()}
+        object.__setattr__(self, "_value_consumers", consumers)  # frozen, as _consumers
         return MappingProxyType(consumers)
 
     def reachable_from_constants(
@@ -295,14 +329,18 @@ def reachable_from_constants(
     [0, 1]
     >>> sorted(reachable_from_constants([((c,), Annotation.BARRIER), ((a,), Annotation.NONE)], through_barriers=False))
     [0]
+    >>> shape_of_x = NodeInput(InputKind.RUNTIME, "x", t, reads_value=False)  # zeros_like(x)
+    >>> sorted(reachable_from_constants([((shape_of_x,), Annotation.NONE)], through_barriers=False))
+    [0]
     """
-    blocked = set(opaque)
+    barriers: FrozenSet[int] = frozenset()
     if not through_barriers:
-        blocked |= {
+        barriers = frozenset(
             node_id
             for node_id, (_, annotation) in enumerate(nodes)
             if annotation is Annotation.BARRIER
-        }
+        )
+    blocked = set(opaque) | barriers
     leaf_kinds = (
         (InputKind.CONSTANT, InputKind.PARAMETER) if with_parameters else (InputKind.CONSTANT,)
     )
@@ -312,7 +350,13 @@ def reachable_from_constants(
         if all(
             inp.kind in leaf_kinds
             or (inp.kind in source_kinds and inp.source in found and inp.source not in blocked)
+            or (not inp.reads_value and not reads_barrier(inp, barriers))
             for inp in node_inputs
         ):
             found.add(node_id)
     return frozenset(found)
+
+
+def reads_barrier(inp: NodeInput, barriers: AbstractSet[int]) -> bool:
+    """Whether ``inp`` is the output of one of ``barriers`` (never constant, not even its type)."""
+    return inp.kind in SOURCE_KINDS and inp.node in barriers

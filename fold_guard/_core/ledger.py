@@ -171,8 +171,10 @@ def ledger_rows(
 ) -> Tuple[LedgerRow, ...]:
     """One row per weight of ``plan`` (see the module doc), in graph order.
 
-    A weight read by run-time code in two places (two frontiers of one constant) gets two rows,
-    the second keyed ``KEY#1``.
+    A weight is one constant (or parameter) leaf: where run-time code reads what it computes in
+    two places (an embedding table read by ``take`` and by ``shape_of``), the first place's row
+    stands for it. Two leaves with the same content (the same scale in every layer) are two
+    weights: the second is keyed ``KEY#1``.
     """
     graph, decisions = plan.graph, plan.decisions
     nodes = graph.nodes
@@ -180,6 +182,7 @@ def ledger_rows(
     users = graph.consumers()
     rows: List[LedgerRow] = []
     used: Set[str] = set()
+    leaves_seen: Set[Tuple[int, int]] = set()
     for node in nodes:
         if node.id not in weight_side:
             continue
@@ -188,9 +191,10 @@ def ledger_rows(
             continue  # only other weight-side calls read it: not a frontier
         region = _region(plan, node.id, weight_side)
         weight = _weight_leaf(plan, region, weight_key)
-        if weight is None:
+        if weight is None or weight[2] in leaves_seen:
             continue
-        key, before = weight
+        key, before, leaf = weight
+        leaves_seen.add(leaf)
         decision = decisions[node.id]
         action = {Action.FOLD: "folded", Action.LIFT: "lifted"}.get(decision.action, "kept")
         if action == "kept":
@@ -241,9 +245,10 @@ def _region(plan: FoldPlan, frontier: int, weight_side: Set[int] | frozenset[int
 
 def _weight_leaf(
     plan: FoldPlan, region: Sequence[int], weight_key: WeightKey
-) -> Optional[Tuple[str, Optional[TensorInfo]]]:
-    """The key and type of the region's largest keyed constant leaf (the first of equals)."""
-    best: Optional[Tuple[int, str, Optional[TensorInfo]]] = None
+) -> Optional[Tuple[str, Optional[TensorInfo], Tuple[int, int]]]:
+    """The key, type and place (node, input) of the region's largest keyed constant leaf (the
+    first of equals)."""
+    best: Optional[Tuple[int, str, Optional[TensorInfo], Tuple[int, int]]] = None
     for node_id in region:
         for index, inp in enumerate(plan.graph.nodes[node_id].inputs):
             if inp.kind not in (InputKind.CONSTANT, InputKind.PARAMETER):
@@ -253,8 +258,8 @@ def _weight_leaf(
                 continue
             size = (inp.tensor.nbytes or 0) if inp.tensor else 0
             if best is None or size > best[0]:
-                best = (size, key, inp.tensor)
-    return None if best is None else (best[1], best[2])
+                best = (size, key, inp.tensor, (node_id, index))
+    return None if best is None else (best[1], best[2], best[3])
 
 
 #: Actions whose call's result exists before run time: what a kept call reads from them ships.

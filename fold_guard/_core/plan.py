@@ -98,6 +98,7 @@ class FoldPlan:
         """
         return all(
             inp.kind is InputKind.CONSTANT
+            or not inp.reads_value
             or (inp.kind is InputKind.NODE and self.folds(inp.source))
             for inp in self.graph.nodes[node_id].inputs
         )
@@ -111,6 +112,7 @@ class FoldPlan:
         """
         return all(
             inp.kind in (InputKind.CONSTANT, InputKind.PARAMETER)
+            or not inp.reads_value
             or (inp.kind is InputKind.NODE and self.decisions[inp.source].action is not Action.KEEP)
             or (inp.kind is InputKind.TUPLE_ITEM and self.lifts(inp.source))
             for inp in self.graph.nodes[node_id].inputs

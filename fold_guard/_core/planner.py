@@ -22,6 +22,7 @@ value is known before run time to its consumers, so they are on the parameter pa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
@@ -94,7 +95,7 @@ def plan_folds(
         sweep = _Sweep(graph, policy, allowed, failures, uses, dict(vetoed))
         decisions = sweep.run()
         unmet = {
-            node_id: _unmet_consumer(graph, decisions, uses, node_id)
+            node_id: _unmet_consumer(graph, decisions, node_id)
             for node_id in sorted(sweep.conditional)
         }
         unmet = {node_id: why for node_id, why in unmet.items() if why}
@@ -181,10 +182,33 @@ def _decide(node: FoldNode, sweep: _Sweep) -> _Outcome:
     for guard in _GUARDS:
         outcome = guard(node, sweep)
         if outcome is not None:
-            return outcome
-    return _by_policy_or_default(
+            return _with_shape_reads(node, sweep, outcome)
+    outcome = _by_policy_or_default(
         node, sweep, _Verdict(node).fold, node.default_fold, node.default_rule
     )
+    return _with_shape_reads(node, sweep, outcome)
+
+
+def _with_shape_reads(node: FoldNode, sweep: _Sweep, outcome: _Outcome) -> _Outcome:
+    """A fold that reads only the type of an input not known here says so in its detail.
+
+    The stock Relax pass folds ``zeros_like(x)`` of a run-time ``x`` of static shape: its kernel
+    reads no tensor. The report names what was not read, so the fold does not look like a bug.
+    """
+    decision, value = outcome
+    if decision.action is not Action.FOLD:
+        return outcome
+    unread = [
+        inp.label
+        for inp in node.inputs
+        if not inp.reads_value and not is_constant(inp, sweep.values)
+    ]
+    if not unread:
+        return outcome
+    what = f"{unread[0]}'s shape" if len(unread) == 1 else f"the shapes of {', '.join(unread)}"
+    note = f"the kernel reads only {what}"
+    detail = f"{decision.detail}; {note}" if decision.detail else note
+    return dataclasses.replace(decision, detail=detail), value
 
 
 def _barrier(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
@@ -207,17 +231,28 @@ def _blocked(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
     """A node that cannot fold whatever the rules say: an input is not known before run time.
 
     The blocking input is the strongest (:func:`first_non_constant`); a node that reads only a
-    barrier's static type (``type_source``) is blocked by the barrier too. Another cause that
-    blocks a node before any rule is asked belongs here, as a clause of its own.
+    barrier's static type (``type_source``, or an input that does not read its value) is
+    blocked by the barrier too. Another cause that blocks a node before any rule is asked
+    belongs here, as a clause of its own.
     """
     blocker = first_non_constant(node, sweep.values)
-    source = node.type_source
-    if blocker is None and source is not None:
-        if sweep.graph.nodes[source].annotation is Annotation.BARRIER:
-            blocker = sweep.graph.nodes[source].label, sweep.values[source]
+    if blocker is None:
+        nodes = sweep.graph.nodes
+        for source in _type_sources(node):
+            if nodes[source].annotation is Annotation.BARRIER:
+                blocker = nodes[source].label, sweep.values[source]
+                break
     if blocker is None:
         return None
     return _inherit(node, sweep.graph, *blocker)
+
+
+def _type_sources(node: FoldNode) -> List[int]:
+    """The nodes whose static type alone ``node`` reads (not their values)."""
+    sources = [
+        inp.source for inp in node.inputs if not inp.reads_value and inp.kind in SOURCE_KINDS
+    ]
+    return sources + ([node.type_source] if node.type_source is not None else [])
 
 
 def _inherit(node: FoldNode, graph: FoldGraph, label: str, cause: Value) -> _Outcome:
@@ -272,8 +307,11 @@ def _parameter_path(node: FoldNode, sweep: _Sweep) -> Optional[_Outcome]:
     an allow can make the IR's lifting pass move a call it never moves.
     """
     if not any(
-        inp.kind is InputKind.PARAMETER
-        or (inp.kind in SOURCE_KINDS and sweep.values[inp.source].lifted)
+        inp.reads_value
+        and (
+            inp.kind is InputKind.PARAMETER
+            or (inp.kind in SOURCE_KINDS and sweep.values[inp.source].lifted)
+        )
         for inp in node.inputs
     ):
         return None
@@ -385,13 +423,11 @@ def _unrecognised_kernel(
     return _Verdict(node).keep(Reason.KEPT_BY_POLICY, DEFAULT_RULE, detail)
 
 
-def _unmet_consumer(
-    graph: FoldGraph, decisions: Sequence[FoldDecision], uses: GraphUses, node_id: int
-) -> str:
+def _unmet_consumer(graph: FoldGraph, decisions: Sequence[FoldDecision], node_id: int) -> str:
     """Why a conditional fold (or lift) of ``node_id`` does not hold ("" when every consumer
     folds with it, or on the parameter path is lifted with it)."""
     action = decisions[node_id].action
-    for user in uses.consumers[node_id]:
+    for user in graph.value_consumers()[node_id]:
         if decisions[user].action is not action:
             rule = decisions[node_id].rule
             consumer = graph.nodes[user]

@@ -125,7 +125,25 @@ class CallView:
 
     @property
     def constant_input_nbytes(self) -> int:
-        return sum(t.nbytes or 0 for t in self.input_tensors if t is not None)
+        """The bytes of the inputs the call reads (not one whose static type alone it reads)."""
+        return sum(
+            inp.tensor.nbytes or 0
+            for inp in self.node.inputs
+            if inp.tensor is not None and inp.reads_value
+        )
+
+    @property
+    def largest_input_nbytes(self) -> int:
+        """The bytes of the largest input the call reads (0 for none): the weight of a
+        ``dequantize(W, scale, zero_point)``, whose scales do not make it any smaller."""
+        return max(
+            (
+                inp.tensor.nbytes or 0
+                for inp in self.node.inputs
+                if inp.tensor is not None and inp.reads_value
+            ),
+            default=0,
+        )
 
     @property
     def consumer_ops(self) -> Tuple[str, ...]:
@@ -139,6 +157,12 @@ class CallView:
         are looked through).
         """
         return self.uses.feeds_only_weights(self.node.id)
+
+    @property
+    def feeds_a_weight(self) -> bool:
+        """True when some use of the result, through other constant calls, is a weight or bias
+        input of conv / matmul / dense (see :mod:`fold_guard._core.uses`)."""
+        return self.uses.feeds_a_weight(self.node.id)
 
     def input_is_constant_literal(self, index: int) -> bool:
         inputs = self.node.inputs

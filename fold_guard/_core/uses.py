@@ -15,7 +15,9 @@ value, and enters it as
   weight op.
 
 Uses outside the graph (a function's return value, a tuple) are not calls, so they do not count:
-a constant that feeds a weight and is also returned still feeds only weights.
+a constant that feeds a weight and is also returned still feeds only weights. A value *feeds a
+weight* when at least one such path reaches a weight or bias input (a table that is both an
+embedding's and a tied output projection's); reads of its static type alone do not count.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from functools import cached_property
 from typing import Dict, FrozenSet, Mapping, Optional, Set, Tuple
 
 from .graph import SOURCE_KINDS, Annotation, FoldGraph, FoldNode, InputKind
-from .kernel_names import ADD, WEIGHT, kernel_role
+from .kernel_names import ADD, DEQUANTIZE, QUANTIZE, WEIGHT, kernel_role
 from .op_names import OP_TABLES
 
 __all__ = ["BIAS_OPS", "WEIGHT_OPS", "GraphUses", "is_weight_op"]
@@ -33,6 +35,10 @@ __all__ = ["BIAS_OPS", "WEIGHT_OPS", "GraphUses", "is_weight_op"]
 #: ``nn.conv2d``, ``nn.dense``; quantized ``qnn.conv2d``, ``qnn.dense``, ...; see
 #: :mod:`fold_guard._core.op_names`).
 WEIGHT_OPS: FrozenSet[str] = frozenset(name for table in OP_TABLES for name in table.weight)
+#: Quantize and dequantize ops of every IR: a weight path looks through them.
+_QUANTIZE_STEP_OPS: FrozenSet[str] = frozenset(
+    name for table in OP_TABLES for name in table.quantize | table.dequantize
+)
 #: Ops that take a bias as a later operand (Relay ``nn.bias_add``).
 _BIAS_ADD_OPS: FrozenSet[str] = frozenset(name for table in OP_TABLES for name in table.bias_add)
 #: Ops whose non-activation operand is a bias: the bias-add ops, and the adds whose other operand
@@ -44,6 +50,13 @@ BIAS_OPS: FrozenSet[str] = _BIAS_ADD_OPS | frozenset(
 
 def _lowered_role(node: FoldNode) -> Optional[str]:
     return kernel_role(node.callee) if node.lowered else None
+
+
+def _is_quantize_step(node: FoldNode) -> bool:
+    """A quantize or dequantize, op or kernel (``call_tir(dequantize, ...)``)."""
+    if node.lowered:
+        return kernel_role(node.callee) in (QUANTIZE, DEQUANTIZE)
+    return node.op in _QUANTIZE_STEP_OPS
 
 
 def _is_weight_call(node: FoldNode) -> bool:
@@ -124,6 +137,30 @@ class GraphUses:
     def feeds_only_weights(self, node_id: int) -> bool:
         """True when ``node_id`` is computed from constants and its value feeds only weights."""
         return node_id in self.weight_feeders
+
+    @cached_property
+    def weight_reachers(self) -> FrozenSet[int]:
+        """Ids of the constant-computed nodes whose value, on some path through other constant
+        calls, is a weight or bias input; only reads of the value count (``zeros_like(w)`` or a
+        ``shape_of`` reads no value). A quantize or dequantize on the path is looked through
+        even at run time: ``dequantize(W, s1) -> quantize(s2) -> dequantize`` still ends as the
+        weight when ``s2`` is known only at run time."""
+        constant = self.computes_from_constants
+        nodes = self.graph.nodes
+        users = self.graph.value_consumers()
+        through = {node.id for node in nodes if node.id in constant or _is_quantize_step(node)}
+        reaches: Dict[int, bool] = {}
+        for node in reversed(nodes):
+            if node.id in through:
+                reaches[node.id] = any(
+                    reaches[user] if user in through else self._is_weight_edge(nodes[user], node.id)
+                    for user in users[node.id]
+                )
+        return frozenset(node_id for node_id, ok in reaches.items() if ok and node_id in constant)
+
+    def feeds_a_weight(self, node_id: int) -> bool:
+        """True when ``node_id`` is computed from constants and some use of it is a weight."""
+        return node_id in self.weight_reachers
 
     def _is_weight_edge(self, user: FoldNode, source: int) -> bool:
         if _is_weight_call(user):

@@ -63,7 +63,7 @@ _CAUSE_RANK = {Reason.KEPT_BY_BARRIER: 1, Reason.KEPT_BY_POLICY: 2, Reason.OVER_
 
 def is_constant(inp: NodeInput, values: Mapping[int, Value]) -> bool:
     """A literal constant, or the output of a node that folds (never a tuple item: the stock
-    pass folds none)."""
+    pass folds none). Whether the call reads the value is not asked here."""
     return inp.kind is InputKind.CONSTANT or (
         inp.kind is InputKind.NODE and values[inp.source].constant
     )
@@ -76,10 +76,14 @@ def first_non_constant(node: FoldNode, values: Mapping[int, Value]) -> Optional[
     parameter path, they do not block it; so does a tuple item of a lifted call.
 
     A run-time input (or one that could not fold for any reason other than a keep) ranks first,
-    then a barrier, then a policy keep; ties go to the earliest argument.
+    then a barrier, then a policy keep; ties go to the earliest argument. An input whose value
+    the call does not read (``NodeInput.reads_value``) blocks nothing here; the planner keeps a
+    call that reads a barrier's type.
     """
     found: Optional[Tuple[int, str, Value]] = None
     for inp in node.inputs:
+        if not inp.reads_value:
+            continue
         if inp.kind is InputKind.RUNTIME:
             return inp.label, RUNTIME
         if inp.kind is InputKind.TUPLE_ITEM:

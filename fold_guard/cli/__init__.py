@@ -20,7 +20,7 @@ from typing import Optional, Sequence, TextIO
 from .._core.errors import FoldGuardError
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
 
-__all__ = ["EXIT_INTERNAL", "SCHEMA_PATH", "main", "run_parsed"]
+__all__ = ["EXIT_INTERNAL", "EXIT_USAGE", "SCHEMA_PATH", "main", "run_parsed"]
 
 #: An error that is fold_guard's or TVM's, not the user's.
 EXIT_INTERNAL = 3
@@ -29,9 +29,14 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 
 def main(argv: Optional[Sequence[str]] = None, *, out: Optional[TextIO] = None) -> int:
     """Run ``fold-guard`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    from ._parser import build_parser
+    from ._parser import build_parser, check_arguments
 
-    return run_parsed(build_parser().parse_args(argv), out=out)
+    args = build_parser().parse_args(argv)
+    problem = check_arguments(args)
+    if problem is not None:
+        print(f"fold-guard: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_parsed(args, out=out)
 
 
 def run_parsed(args: argparse.Namespace, *, out: Optional[TextIO] = None) -> int:

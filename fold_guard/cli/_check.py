@@ -1,20 +1,56 @@
 """``fold --check``: build the module before and after on the CPU and compare their outputs.
 
-Inputs are random with a fixed seed, drawn per parameter of ``main`` from its declared shape
-and dtype, so a check is reproducible and the two builds see the same data.
+Inputs come from ``--inputs FILE.npz`` by name, else are random with a fixed seed, drawn per
+parameter of ``main`` from its declared shape and dtype, so a check is reproducible and the two
+builds see the same data. An integer parameter that indexes a table (the indices of a ``take``:
+token ids into an embedding, ONNX ``Gather``), directly or through casts, reshapes and the
+``where`` an importer wraps negative indices in, is drawn in ``[0, rows)``: out of range, PyTorch
+raises and TVM's ``take`` reads outside the table, so the two builds could differ for no fault
+of the fold. Where TVM cannot build the *unfolded* module there is nothing to compare with:
+:class:`UnfoldedUnbuildable` says so (the command writes the fold and exits 4).
 """
 
 from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from ._errors import CliError
 
-__all__ = ["CheckResult", "compare_outputs", "random_inputs"]
+__all__ = [
+    "CheckResult",
+    "UnfoldedUnbuildable",
+    "compare_outputs",
+    "index_bounds",
+    "load_inputs",
+    "random_inputs",
+]
+
+#: ``(name, shape, dtype)`` of each parameter of ``main``
+Signature = Sequence[Tuple[str, Tuple[int, ...], str]]
+
+#: Calls that pass their (first, or where's value) operand's values on unchanged, for the
+#: question "does this parameter end up as a take's indices": per IR.
+_PASS_THROUGH = {
+    "relax": {
+        "relax.astype",
+        "relax.reshape",
+        "relax.expand_dims",
+        "relax.squeeze",
+        "relax.permute_dims",
+        "relax.flatten",
+        "relax.where",
+    },
+    "relay": {"cast", "reshape", "expand_dims", "squeeze", "transpose", "where"},
+}
+_TAKE = {"relax": "relax.take", "relay": "take"}
+
+
+class UnfoldedUnbuildable(Exception):
+    """TVM could not build or run the module as loaded, before any fold: nothing to compare."""
 
 
 @dataclass(frozen=True)
@@ -38,22 +74,117 @@ class CheckResult:
 
 
 def random_inputs(
-    signature: Sequence[Tuple[str, Tuple[int, ...], str]], seed: int
+    signature: Signature,
+    seed: int,
+    bounds: Optional[Mapping[str, int]] = None,
+    given: Optional[Mapping[str, np.ndarray]] = None,
 ) -> List[np.ndarray]:
-    """One array per ``(name, shape, dtype)``: normal floats, integers in the dtype's small range."""
+    """One array per ``(name, shape, dtype)``: ``given[name]`` where there is one, else normal
+    floats, and integers in ``[0, bounds[name])`` for a table index, else in the dtype's small
+    range (``[-128, 127]``)."""
     rng = np.random.default_rng(seed)
     arrays = []
-    for _, shape, dtype in signature:
-        if np.issubdtype(np.dtype(dtype), np.floating):
+    for name, shape, dtype in signature:
+        if given is not None and name in given:
+            arrays.append(given[name])
+        elif np.issubdtype(np.dtype(dtype), np.floating):
             arrays.append(rng.standard_normal(shape).astype(dtype))
         elif dtype == "bool":
             arrays.append(rng.integers(0, 2, shape).astype(bool))
+        elif bounds and name in bounds:
+            arrays.append(rng.integers(0, bounds[name], shape).astype(dtype))
         else:
             info = np.iinfo(np.dtype(dtype))
             arrays.append(
                 rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype)
             )
     return arrays
+
+
+def load_inputs(path: str, signature: Signature) -> Dict[str, np.ndarray]:
+    """The arrays of ``--inputs path`` by name, each checked against ``main``'s signature."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError) as err:
+        raise CliError(f"--inputs {path}: not a NumPy .npz file: {err}") from err
+    expected = {name: (shape, dtype) for name, shape, dtype in signature}
+    for name, array in arrays.items():
+        if name not in expected:
+            raise CliError(
+                f"--inputs {path}: main has no input {name!r}; its inputs: "
+                + ", ".join(f"{n} {list(s)} {d}" for n, (s, d) in expected.items())
+            )
+        shape, dtype = expected[name]
+        if tuple(array.shape) != shape or str(array.dtype) != dtype:
+            raise CliError(
+                f"--inputs {path}: {name} is {array.dtype!s}{list(array.shape)}, main takes "
+                f"{dtype}{list(shape)}"
+            )
+    return arrays
+
+
+def index_bounds(mod: Any, ir: str) -> Dict[str, int]:
+    """Per integer parameter of ``main`` that a ``take`` reads as indices: the rows of its table
+    (the smallest, where several tables are indexed). Read from the module, nothing run."""
+    found: Dict[str, int] = {}
+    carries: Dict[Any, Set[str]] = {param: {_name(param)} for param in mod["main"].params}
+    for var, call in _calls(mod, ir):
+        op = call.op.name if hasattr(call.op, "name") else ""
+        args = list(call.args)
+        if op in _PASS_THROUGH[ir] and args:
+            values = args[1:] if op.endswith("where") else args[:1]
+            carried = set().union(*(carries.get(a, set()) for a in values))
+            if carried:
+                carries[var] = carried
+        elif op == _TAKE[ir] and len(args) >= 2:
+            rows = _rows(args[0], call.attrs)
+            for name in carries.get(args[1], set()):
+                if rows is not None and rows > 0:
+                    found[name] = min(rows, found.get(name, rows))
+    return found
+
+
+def _name(var: Any) -> str:
+    return str(getattr(var, "name_hint", None) or getattr(var, "name", ""))
+
+
+def _rows(table: Any, attrs: Any) -> Optional[int]:
+    """The size of the indexed axis of ``table`` (its element count for no axis), if static."""
+    ty = getattr(table, "checked_type", None) or getattr(table, "ty", None)
+    shape = getattr(ty, "shape", None)
+    values = getattr(shape, "values", shape)
+    if values is None:
+        return None
+    try:
+        dims = [int(getattr(dim, "value", dim)) for dim in values]
+    except (TypeError, ValueError):
+        return None
+    axis = getattr(attrs, "axis", None)
+    if axis is None:
+        return int(np.prod(dims)) if dims else None
+    return dims[int(axis) % len(dims)] if dims else None
+
+
+def _calls(mod: Any, ir: str) -> List[Tuple[Any, Any]]:
+    """``(bound variable or the call itself, call)`` of ``main``, operands before their users."""
+    if ir == "relax":
+        from tvm import relax
+
+        return [
+            (binding.var, binding.value)
+            for block in mod["main"].body.blocks
+            for binding in block.bindings
+            if isinstance(binding.value, relax.Call)
+        ]
+    from tvm import relay
+
+    calls: List[Tuple[Any, Any]] = []
+    relay.analysis.post_order_visit(
+        mod["main"].body,
+        lambda node: calls.append((node, node)) if isinstance(node, relay.Call) else None,
+    )
+    return calls
 
 
 def compare_outputs(

@@ -24,7 +24,7 @@ from .._core.registry import list_policies, with_budget
 from .._core.summary import format_decision, format_summary
 from . import _check
 from ._categories import category_of, selected
-from ._errors import EXIT_CHECK_FAILED, EXIT_OK, CliError, closest
+from ._errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_UNFOLDED_UNBUILDABLE, CliError
 from ._load import LoadedModel, load_model
 from ._offload import (
     OFFLOAD_COLOURS,
@@ -35,6 +35,7 @@ from ._offload import (
     offload_overlay,
 )
 from ._output import MODULE_SUFFIXES, Outputs, module_text
+from ._parser import ANNOTATE_POLICY, unknown_policy
 from ._progress import Progress
 
 __all__ = ["run_command"]
@@ -97,16 +98,18 @@ def _run_plugin_file(path: str) -> None:
         raise
 
 
-def policy_spec(names: Optional[Sequence[str]], max_fold_bytes: Optional[int] = None) -> PolicySpec:
+def policy_spec(
+    names: Optional[Sequence[str]],
+    max_fold_bytes: Optional[int] = None,
+    *,
+    default: str = "default",
+) -> PolicySpec:
     """The ``--policy`` names as the library takes them, each checked against the registry."""
-    names = list(names or ["default"])
+    names = list(names or [default])
     registered = [policy.name for policy in list_policies()]
     for name in names:
         if name not in registered:
-            raise CliError(
-                f"--policy {name}: unknown policy{closest(name, registered)}; "
-                "`fold-guard policies` lists them (a backend's policies need --plugin MODULE)"
-            )
+            raise CliError(unknown_policy(name, registered))
     spec: PolicySpec = names[0] if len(names) == 1 else names
     if max_fold_bytes is not None:
         spec = with_budget(spec, max_fold_bytes)
@@ -214,7 +217,10 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
-    spec = policy_spec(args.policy, args.max_fold_bytes)
+    # --annotate without -p annotates for annotate()'s own default: under "default" it would
+    # place nothing
+    default = ANNOTATE_POLICY if args.annotate else "default"
+    spec = policy_spec(args.policy, args.max_fold_bytes, default=default)
     if args.weights_as_params:
         raise CliError(
             "--weights-as-params is for inspect and draw: a written module would lose its "
@@ -236,6 +242,7 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
         + (["check"] if args.check else [])
     )
     annotated = check = None
+    unbuildable = ""
     with Progress(steps, quiet=args.quiet) as progress:
         model = _load(args, progress)
         result = _fold(model, spec, progress, ledger=args.ledger and not args.annotate)
@@ -249,21 +256,28 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
         texts = {"-o": module_text(written, args.output, model.ir)}
         if args.check:
             progress.step("compiling and running before/after")
-            check = _run_check(model, written, args.seed, args.atol)
+            try:
+                check = _run_check(model, written, args.seed, args.atol, args.inputs)
+            except _check.UnfoldedUnbuildable as err:
+                unbuildable = str(err)
     report = _report(model, result)
     if annotated is not None:
         report["annotations"] = {
+            "policy": annotated.policy_name,
             "fold_allow": len(annotated.allows),
             "fold_barrier": len(annotated.barriers),
         }
-    if check is not None:
+    if check is not None or unbuildable:
         report["check"] = {
-            "ok": check.ok,
-            "max_abs_diff": check.max_abs_diff,
-            "atol": check.atol,
+            "ok": check.ok if check is not None else None,
+            "max_abs_diff": check.max_abs_diff if check is not None else None,
+            "atol": args.atol,
             "seed": args.seed,
+            "inputs": args.inputs,
         }
-        if not check.ok:
+        if unbuildable:
+            report["check"]["unbuildable"] = unbuildable
+        if check is not None and not check.ok:
             print(f"fold-guard: {args.model}: {check}; nothing was written", file=sys.stderr)
             return EXIT_CHECK_FAILED
     if args.report:
@@ -283,16 +297,35 @@ def cmd_fold(args: argparse.Namespace, out: TextIO) -> int:
         _emit(out, _text(result, report, args))
         if check is not None:
             _emit(out, str(check))
+    if unbuildable:
+        what = "annotated" if annotated is not None else "folded"
+        print(
+            f"fold-guard: {args.model}: --check: TVM cannot build the unfolded module "
+            f"({unbuildable}), so there is nothing to compare with; the {what} module was "
+            f"written unchecked to {args.output}",
+            file=sys.stderr,
+        )
+        return EXIT_UNFOLDED_UNBUILDABLE
     return EXIT_OK
 
 
-def _run_check(model: LoadedModel, after: Any, seed: int, atol: float) -> _check.CheckResult:
+def _run_check(
+    model: LoadedModel, after: Any, seed: int, atol: float, inputs_path: Optional[str] = None
+) -> _check.CheckResult:
     if model.ir == "relay":
         signature, run = _check.relay_signature(model.mod), _check.run_relay
     else:
         signature, run = _check.relax_signature(model.mod), _check.run_relax
-    inputs = _check.random_inputs(signature, seed)
-    return _check.compare_outputs(run(model.mod, inputs), run(after, inputs), atol)
+    given = _check.load_inputs(inputs_path, signature) if inputs_path else None
+    bounds = _check.index_bounds(model.mod, model.ir)
+    inputs = _check.random_inputs(signature, seed, bounds, given)
+    try:
+        before = run(model.mod, inputs)
+    except Exception as err:  # TVM's build or run of the module as loaded: not the fold's
+        raise _check.UnfoldedUnbuildable(
+            f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+        ) from err
+    return _check.compare_outputs(before, run(after, inputs), atol)
 
 
 def cmd_draw(args: argparse.Namespace, out: TextIO) -> int:

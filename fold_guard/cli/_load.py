@@ -15,13 +15,15 @@ it (torch's own documentation: never load one from an untrusted source).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 import io
 import os
+import re
 import runpy
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from ._errors import CliError
 from ._explorer import (
@@ -335,14 +337,22 @@ def _import_exported_program(path: str, trust_model: bool) -> Any:
         raise CliError(
             f"{path}: reading a PyTorch ExportedProgram needs torch (pip install torch==2.13.0, a CPU build)"
         ) from err
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+    if _names_pt2e_ops(path):
+        _register_pt2e_ops(path)
+    with warnings.catch_warnings(), _torch_export_log() as log:
+        warnings.simplefilter("ignore")
+        try:
             program = torch.export.load(path)
-    except Exception as err:  # torch raises many kinds for a file it cannot read
-        raise CliError(
-            f"{path}: not a saved ExportedProgram (torch.export.save): {_last_line(err)}"
-        ) from err
+        except Exception as err:  # torch raises many kinds for a file it cannot read
+            missing = _UNRESOLVED_OP.search(log.getvalue())
+            if missing is not None:
+                raise CliError(
+                    f"{path}: the program calls {missing.group(1)}, an operator not registered "
+                    "in this process; import the package that defines it with --plugin MODULE"
+                ) from err
+            raise CliError(
+                f"{path}: not a saved ExportedProgram (torch.export.save): {_last_line(err)}"
+            ) from err
 
     def convert() -> Any:
         from tvm.relax.frontend.torch import from_exported_program
@@ -353,6 +363,57 @@ def _import_exported_program(path: str, trust_model: bool) -> Any:
         return from_exported_program(program, custom_convert_map=torch_quantized_convert_map())
 
     return _frontend_call(convert, path, "PyTorch")
+
+
+#: What torch.export logs for an operator it cannot resolve while loading a program.
+_UNRESOLVED_OP = re.compile(r"failed to resolve (torch\.ops\.[\w.]+?)(?:\.default)? to an operator")
+#: The namespace of PT2E's quantize / dequantize ops, and the module that defines them (torch's
+#: own, which torchao's PT2E flow imports): a fresh process has not registered them.
+PT2E_NAMESPACE = b"quantized_decomposed"
+PT2E_OPS_MODULE = "torch.ao.quantization.fx._decomposed"
+
+
+def _names_pt2e_ops(path: str) -> bool:
+    """Whether the archive's graph files name PT2E's ops (its weights are not read)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(
+                PT2E_NAMESPACE in archive.read(info.filename)
+                for info in archive.infolist()
+                if info.filename.endswith(".json") and "/models/" in info.filename
+            )
+    except (OSError, zipfile.BadZipFile):
+        return False  # torch.export.load says what is wrong with it
+
+
+def _register_pt2e_ops(path: str) -> None:
+    try:
+        importlib.import_module(PT2E_OPS_MODULE)
+    except ImportError as err:
+        raise CliError(
+            f"{path}: the program calls PT2E's quantized_decomposed operators, and this torch "
+            f"has no {PT2E_OPS_MODULE} to register them; load the module that defines them with "
+            "--plugin MODULE (torchao.quantization.pt2e.quantize_pt2e)"
+        ) from err
+
+
+@contextlib.contextmanager
+def _torch_export_log() -> Iterator[io.StringIO]:
+    """What ``torch.export`` logs while loading, kept (for the one line) instead of printed."""
+    import logging
+
+    logger = logging.getLogger("torch.export")
+    kept = io.StringIO()
+    handler = logging.StreamHandler(kept)
+    saved = logger.handlers[:], logger.propagate
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    try:
+        yield kept
+    finally:
+        logger.handlers[:], logger.propagate = saved
 
 
 def _import_onnx_relay(model: Any) -> Any:
@@ -384,6 +445,20 @@ def _load_json(path: str, data: bytes) -> Any:
         raise CliError(f"{path}: not a TVM JSON file: {_last_line(err)}") from err
 
 
+_HEADER_LINE = re.compile(
+    r"\s*(#.*|(import [\w.]+(\s+as \w+)?|from [\w.]+ import [\w, ]+)\s*(#.*)?)?\s*"
+)
+
+
+def _without_import_header(text: str) -> str:
+    """``text`` less its leading comment, blank and plain import lines (never run either way)."""
+    lines = text.splitlines(keepends=True)
+    start = 0
+    while start < len(lines) and _HEADER_LINE.fullmatch(lines[start]):
+        start += 1
+    return "".join(lines[start:])
+
+
 def _load_tvmscript(path: str, data: bytes, trust_model: bool) -> Any:
     import tvm
 
@@ -391,11 +466,13 @@ def _load_tvmscript(path: str, data: bytes, trust_model: bool) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise CliError(f"{path}: not a TVMScript file (not UTF-8 text)") from err
-    # As TVMScript text (what IRModule.script() prints): parsed, never run.
+    # As TVMScript text (what IRModule.script() prints): parsed, never run. The import lines
+    # and comments a file starts with (``fold -o OUT.py`` writes some, so that the file also
+    # runs as Python) are not TVMScript: the parser gets what follows them.
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return tvm.script.from_source(text)
+            return tvm.script.from_source(_without_import_header(text))
     except Exception as err:  # the parser raises diagnostics of many kinds
         if not trust_model:
             raise CliError(

@@ -18,11 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ._errors import CliError
+from ._parser import MODULE_SUFFIXES
 
 __all__ = ["MODULE_SUFFIXES", "Outputs", "module_text"]
-
-#: What ``fold -o OUT`` can write, by suffix.
-MODULE_SUFFIXES = (".json", ".py")
 
 _TEMPORARY_PREFIX = ".fold-guard-"
 

@@ -2,25 +2,37 @@
 
 This module imports nothing but the standard library, so that ``fold-guard --help`` and
 ``--version`` answer without importing fold_guard (whose import loads TVM): the console script's
-launcher (``_fold_guard_cli``) loads this file on its own. Everything here only checks the
-*form* of an argument (a finite tolerance, a byte size, a known category); what an argument
-names (a policy, a model file, a plugin) is checked when the command runs.
+launcher (``_fold_guard_cli``) loads this file on its own. Besides the *form* of each argument
+(a finite tolerance, a byte size, a known category), :func:`check_arguments` checks what can be
+told without TVM before it is imported, so that a typo answers at once (exit 2): the model file
+exists and has a known suffix, each policy is a built-in one (unless a ``--plugin`` may register
+more), each output path has a known suffix and a directory to go in. What needs the library (a
+plugin's policies, the model's content, whether a directory takes a new file) is checked when
+the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
+import os
 import re
 import sys
-from typing import NoReturn, Optional
+from typing import Iterable, NoReturn, Optional
 
 __all__ = [
+    "ANNOTATE_POLICY",
+    "BUILTIN_POLICY_NAMES",
     "DECISION_FILTERS",
+    "DRAW_SUFFIXES",
     "IR_CHOICES",
     "MODEL_SUFFIXES",
+    "MODULE_SUFFIXES",
     "FoldGuardArgumentParser",
     "build_parser",
+    "check_arguments",
+    "closest",
     "parse_size",
 ]
 
@@ -33,6 +45,25 @@ MODEL_SUFFIXES = {
     ".tflite": "tflite",
     ".pt2": "exported_program",
 }
+#: What ``fold -o OUT`` writes, by suffix: TVM JSON or TVMScript.
+MODULE_SUFFIXES = (".json", ".py")
+#: What ``draw -o OUT`` writes, by suffix.
+DRAW_SUFFIXES = (".html", ".svg", ".json")
+#: The policies fold_guard registers itself (``fold_guard._core.builtin_policies``; a test keeps
+#: the two lists equal): what ``-p`` may name before a ``--plugin`` registers more.
+BUILTIN_POLICY_NAMES = (
+    "default",
+    "fold-qnn",
+    "keep-low-precision-weights",
+    "keep-qdq-weights",
+    "keep-requantize",
+    "qdq-accelerator",
+    "size-guard",
+    "weights-only",
+)
+#: ``fold --annotate``'s policy without ``-p``: ``annotate()``'s default (a test keeps them
+#: equal), since annotating under ``default`` places nothing.
+ANNOTATE_POLICY = "qdq-accelerator"
 #: What ``--only`` selects: the three groups of the headline, then the drawing's finer categories.
 DECISION_FILTERS = (
     "folded",
@@ -66,7 +97,8 @@ from torch.export.save; needs torch, and --trust-model: torch unpickles it). Not
 executed unless --trust-model is given.
 Exit status: 0 success, 1 `fold --check` found different outputs, 2 bad input (file, format,
 policy, option, output path; one line on stderr, nothing written), 3 an internal error (rerun
-with --debug for the traceback).
+with --debug for the traceback), 4 `fold --check` could not build the unfolded module (the
+folded one is written all the same; TVM's limit, not the fold's).
 """
 
 
@@ -76,6 +108,90 @@ class FoldGuardArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         sys.exit(2)
+
+
+def closest(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'a' or 'b'?)`` for the nearest ``choices``, or an empty string.
+
+    >>> closest("keep-qdq-weight", ["default", "keep-qdq-weights", "size-guard"])
+    " (did you mean 'keep-qdq-weights'?)"
+    """
+    matches = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
+    if not matches:
+        return ""
+    return " (did you mean " + " or ".join(repr(match) for match in matches) + "?)"
+
+
+def unknown_policy(name: str, registered: Iterable[str]) -> str:
+    """The one line for a ``-p`` name that no policy has (here and once plugins are loaded)."""
+    return (
+        f"--policy {name}: unknown policy{closest(name, registered)}; "
+        "`fold-guard policies` lists them (a backend's policies need --plugin MODULE)"
+    )
+
+
+def model_problem(path: str) -> Optional[str]:
+    """What is wrong with MODEL that shows without reading it, or None."""
+    if not os.path.exists(path):
+        return f"{path}: no such file"
+    if os.path.isdir(path):
+        return f"{path}: is a directory, not a model file"
+    if os.path.splitext(path)[1].lower() not in MODEL_SUFFIXES:
+        return (
+            f"{path}: unknown model format; expected .onnx, .json (tvm.ir.save_json), "
+            ".py (TVMScript), .tflite or .pt2 (torch.export.save)"
+        )
+    return None
+
+
+def output_problem(option: str, path: str, suffixes: Iterable[str]) -> Optional[str]:
+    """What is wrong with an output path that shows without writing, or None."""
+    suffixes = tuple(suffixes)
+    if os.path.isdir(path):
+        return f"{option} {path}: is a directory"
+    if os.path.splitext(path)[1].lower() not in suffixes:
+        return f"{option} {path}: unknown output format; use {' or '.join(suffixes)}"
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        return f"{option} {path}: directory {directory} does not exist"
+    return None
+
+
+def check_arguments(args: argparse.Namespace) -> Optional[str]:
+    """The first problem with ``args`` that shows before TVM is imported, as one line, or None.
+
+    The command checks the same again once it runs (and more: a plugin's policies, whether a
+    directory takes a file); these are the checks a typo meets, answered in the time Python
+    takes to start. Under ``--debug`` they are left to the command, which shows a traceback.
+    """
+    command = args.command
+    if command not in ("inspect", "fold", "draw") or args.debug:
+        return None  # --debug: the command's own check raises, traceback and all
+    problem = model_problem(args.model)
+    if problem is None and not args.plugin:
+        for name in args.policy or []:
+            if name not in BUILTIN_POLICY_NAMES:
+                problem = unknown_policy(name, BUILTIN_POLICY_NAMES)
+                break
+    if problem is None and command == "fold":
+        problem = output_problem("-o", args.output, MODULE_SUFFIXES)
+        if problem is None and args.report:
+            problem = output_problem("--report", args.report, (".json",))
+        if problem is None and args.inputs is not None:
+            problem = _inputs_problem(args)
+    if problem is None and command == "draw":
+        problem = output_problem("-o", args.output, DRAW_SUFFIXES)
+    return problem
+
+
+def _inputs_problem(args: argparse.Namespace) -> Optional[str]:
+    if not args.check:
+        return "--inputs: the inputs are for --check; add --check"
+    if os.path.splitext(args.inputs)[1].lower() != ".npz":
+        return f"--inputs {args.inputs}: expected a NumPy .npz file (numpy.savez)"
+    if not os.path.isfile(args.inputs):
+        return f"--inputs {args.inputs}: no such file"
+    return None
 
 
 def parse_size(text: str) -> int:
@@ -247,7 +363,11 @@ def build_parser(version: Optional[str] = None) -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _model_options(fold, policy_help="the policy to fold with")
+    _model_options(
+        fold,
+        policy_help="the policy to fold with; with --annotate, to annotate for (there without "
+        f"-p: {ANNOTATE_POLICY}, annotate()'s default)",
+    )
     fold.add_argument(
         "-o",
         "--output",
@@ -264,8 +384,16 @@ def build_parser(version: Optional[str] = None) -> argparse.ArgumentParser:
     fold.add_argument(
         "--check",
         action="store_true",
-        help="build the module before and after on the CPU, run both on seeded random inputs, "
-        "exit 1 (writing nothing) if their outputs differ",
+        help="build the module before and after on the CPU, run both on the same inputs "
+        "(--inputs, else seeded random ones: integers that index a table, as token ids do, are "
+        "drawn in [0, rows)), exit 1 (writing nothing) if their outputs differ; exit 4 (writing "
+        "the fold) if TVM cannot build the unfolded module",
+    )
+    fold.add_argument(
+        "--inputs",
+        metavar="INPUTS.npz",
+        help="--check: the inputs by name (numpy.savez(path, input_ids=...)); any input left "
+        "out is drawn at random",
     )
     fold.add_argument(
         "--ledger",

@@ -72,7 +72,7 @@ def annotate(
     ...     _ = bb.emit_func_output(y)
     >>> annotated = fgr.annotate(bb.get())
     >>> print(annotated.explain())
-    annotated for policy 'qdq-accelerator': 0 fold_allow, 1 fold_barrier
+    placed 1 annotation for policy 'qdq-accelerator': 0 fold_allow, 1 fold_barrier
       main: fold_barrier on const: int8[4, 4] (input 0 of lv = relax.dequantize) [keep-dequantize-of-integer-constant]
     >>> folded = relax.transform.FoldConstant()(annotated.mod)  # the stock pass keeps it too
     >>> [b.value.op.name for b in folded["main"].body.blocks[0].bindings]

@@ -69,10 +69,15 @@ class _ConstantBytes(PyExprVisitor):
         super().__init__()
         self.total = 0
         self.sizes = sizes
+        #: the constants counted in this module: one read in two places is one tensor
+        self.counted: Set[int] = set()
 
     def visit_generic_const_(self, const: relax.Expr) -> None:
         # the output shares most constants with the input: each is sized once per fold
         key = _compat.handle(const)
+        if key in self.counted:
+            return
+        self.counted.add(key)
         size = self.sizes.get(key)
         if size is None:
             size = self.sizes[key] = _tensor_nbytes(_compat.constant_array(const))
@@ -87,7 +92,8 @@ def _tensor_nbytes(value: object) -> int:
 
 
 def constant_bytes(before: tvm.IRModule, after: tvm.IRModule) -> Tuple[int, int]:
-    """The bytes of the tensor constants in each module's Relax functions."""
+    """The bytes of the tensor constants in each module's Relax functions, each constant once
+    however many calls read it (an embedding table read by ``take`` and by ``shape_of``)."""
     sizes: Dict[int, int] = {}  # by constant handle: every module is alive while they count
     totals = []
     for mod in (before, after):

@@ -145,8 +145,9 @@ def _zero_size_constant(
     (``sum`` over a zero-size axis legalizes to ``full(0)``); legalization tells
     (``PlanningFacts.unread_zero_size``).
     """
-    if not _is_zero_size(tensor):
+    if tensor is None or tensor.shape is None or not _is_zero_size(tensor):
         return None
-    shape = tensor.shape  # type: ignore[union-attr]
     out.zero_size.append(index)
-    return relax.const(np.zeros(tuple(int(d or 0) for d in shape), tensor.dtype))  # type: ignore[union-attr]
+    shape = tuple(int(d or 0) for d in tensor.shape)
+    # the dtype given twice: TVM types an empty NumPy array of float64 as float32 otherwise
+    return relax.const(np.zeros(shape, tensor.dtype), tensor.dtype)

@@ -43,7 +43,14 @@ from .._unwritten import (
 )
 from . import _compat
 from ._pending import pending_scalar_leaves
-from ._requests import Request, leaf_shapes, leaf_type, legalize_requests, make_request
+from ._requests import (
+    Request,
+    leaf_shapes,
+    leaf_type,
+    legalize_requests,
+    make_request,
+    unread_leaves,
+)
 from ._shape_generic import SHAPE_GENERIC_OPS, is_shape_generic
 from ._sites import CallSite, KernelSpec, PlanningFacts, SiteKind, StaticShapeVar
 from ._stock import legalized_call_tir, needs_scalar_decision, scalar_value_key
@@ -295,15 +302,15 @@ def legalize_candidates(
     retries = _collect(requests, kernels, facts)
     if retries:
         _collect(retries, kernels, facts)
-    # Step 3. Zero-size run-time leaves the kernel never reads do not stop a fold.
-    unread_zero_size: Dict[int, Tuple[int, ...]] = {}
+    # Step 3. Leaves the kernel never reads do not stop a fold (stock folds a legalized call
+    # whose arguments are all constants): ``zeros_like(x)`` of a run-time ``x``.
+    unread: Dict[int, Tuple[int, ...]] = {}
     for site in sites:
         kernel = kernels.get(site.node_id)
-        if site.zero_size_leaves and kernel is not None:
-            read = {a for a in kernel.arg_map if isinstance(a, int)}
-            unread = tuple(i for i in site.zero_size_leaves if i not in read)
-            if unread:
-                unread_zero_size[site.node_id] = unread
+        if kernel is not None and site.kind is SiteKind.OP:
+            leaves = unread_leaves(site, kernel.arg_map)
+            if leaves:
+                unread[site.node_id] = leaves
     # Step 4. Kernels whose result depends on memory nobody wrote (``fold_guard._unwritten``):
     # only a zero-size operand can make one.
     unwritten: Dict[int, str] = {}
@@ -316,7 +323,7 @@ def legalize_candidates(
     # Step 5. Calls whose decision read a stand-in for a scalar not yet evaluated.
     return Legalization(
         kernels,
-        PlanningFacts(facts.unsupported, facts.not_stock_foldable, unread_zero_size, unwritten),
+        PlanningFacts(facts.unsupported, facts.not_stock_foldable, unread, unwritten),
         pending_scalar_leaves(sites, kernels),
     )
 

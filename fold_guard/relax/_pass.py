@@ -36,6 +36,7 @@ from ._legalize import legalize_candidates
 from ._normalize import hoist_match_cast_values
 from ._pending import check_pending_scalars, scalar_sources
 from ._read import check_relax_module
+from ._reads import probe_sites, probe_unread
 from ._sites import KernelSpec
 from ._walk import Translation, walk_relax
 
@@ -87,7 +88,13 @@ def analyse(
     walk = walk_relax(mod)
     timer.lap("walk")
     # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
-    legalized = legalize_candidates(mod, walk.sites, walk.candidates())
+    # The calls not reachable from constants are probed first: a kernel that reads only an
+    # operand's static type makes a call on a run-time value a candidate too (``_reads``).
+    candidates = walk.candidates()
+    unread = probe_unread(probe_sites(walk, candidates))
+    legalized = legalize_candidates(
+        mod, walk.sites, walk.candidates(unread) if unread else candidates
+    )
     timer.lap("legalize")
     # Step 3. Build the graph's nodes, each once, with what legalization found.
     translation = walk.translate(legalized.facts)

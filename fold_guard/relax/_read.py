@@ -44,7 +44,16 @@ def check_relax_module(mod: object) -> None:
         (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc),
         not_module_hint="wrap a Relax function with tvm.IRModule({'main': func})",
         other_ir_hint=" (a Relay module? this release folds Relax only)",
+        importers=IMPORTERS,
     )
+
+
+#: The frontend call that makes a module of a model passed as it is, by the model's type.
+IMPORTERS = {
+    "onnx.ModelProto": "tvm.relax.frontend.onnx.from_onnx(model, keep_params_in_input=False)",
+    "torch.ExportedProgram": "tvm.relax.frontend.torch.from_exported_program(program, "
+    "custom_convert_map=fold_guard.relax.frontends.torch_quantized_convert_map())",
+}
 
 
 def check_annotation(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:

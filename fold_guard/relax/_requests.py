@@ -11,7 +11,7 @@ that raises.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
@@ -20,7 +20,14 @@ from tvm import relax
 from . import _compat
 from ._sites import CallSite, StaticShapeVar
 
-__all__ = ["Request", "leaf_shapes", "leaf_type", "legalize_requests", "make_request"]
+__all__ = [
+    "Request",
+    "leaf_shapes",
+    "leaf_type",
+    "legalize_requests",
+    "make_request",
+    "unread_leaves",
+]
 
 
 def leaf_type(site: CallSite, index: int) -> relax.TensorType:
@@ -44,13 +51,27 @@ class Request:
     dim_values: Dict[tvm.tirx.Var, Tuple[int, ...]] = field(default_factory=dict)
 
 
+def unread_leaves(site: CallSite, arg_map: Sequence[object]) -> Tuple[int, ...]:
+    """The leaves of ``site`` that a kernel with ``arg_map`` does not read, literal constants aside.
+
+    A zero-size leaf counts (its stand-in constant is not one of the call's).
+    """
+    read = {a for a in arg_map if isinstance(a, int)}
+    return tuple(
+        i
+        for i, constant in enumerate(site.leaf_constants)
+        if i not in read and (constant is None or i in site.zero_size_leaves)
+    )
+
+
 def _dims_for(
-    members: List[CallSite], symbolic: bool
+    members: List[CallSite], symbolic: bool, every_dim: bool = False
 ) -> Tuple[List[List[object]], Dict[tvm.tirx.Var, Tuple[int, ...]]]:
     """Per leaf, its dims: an int where every member agrees, else a shared symbolic var.
 
     Two positions whose values agree across all members get the same var, so constraints such
-    as "scale has as many elements as the quantized axis" still type-check.
+    as "scale has as many elements as the quantized axis" still type-check. ``every_dim``
+    makes every dim larger than 1 a var, agreeing or not (``_reads``' probe).
     """
     per_member = [leaf_shapes(site) for site in members]
     first = per_member[0]
@@ -60,7 +81,8 @@ def _dims_for(
         leaf_dims: List[object] = []
         for k in range(len(shape or ())):
             column = tuple(shapes[i][k] for shapes in per_member)
-            if not symbolic or len(set(column)) == 1:
+            agree = len(set(column)) == 1
+            if not symbolic or (agree and (not every_dim or column[0] in (0, 1, None))):
                 leaf_dims.append(column[0])
             else:
                 if column not in shared:
@@ -77,11 +99,12 @@ def make_request(
     symbolic: bool,
     scalars_as_constants: bool,
     scalars: Optional[Mapping[int, np.ndarray]] = None,
+    every_dim: bool = False,
 ) -> Tuple[relax.Function, Request]:
     site = members[0]
     params: List[Optional[relax.Var]] = []
     leaf_exprs: List[relax.Expr] = []
-    dims, dim_values = _dims_for(members, symbolic)
+    dims, dim_values = _dims_for(members, symbolic, every_dim)
     for i, leaf_dims in enumerate(dims):
         dtype = _compat.dtype_of(leaf_type(site, i))
         if scalars_as_constants and not leaf_dims:

@@ -104,13 +104,14 @@ class PlanningFacts:
     """What legalization tells the planner, per node id; made afresh by every run.
 
     ``unsupported``: calls with no kernel at all, and why. ``not_stock_foldable``: calls
-    fold_guard could evaluate but the stock pass would not fold, and why. ``unread_zero_size``:
-    a call's zero-size run-time leaves that its kernel does not read (as in stock, they do not
-    stop it folding). ``unwritten``: calls whose kernel may leave part of its output unwritten
-    (``fold_guard._unwritten``), and why.
+    fold_guard could evaluate but the stock pass would not fold, and why. ``unread``: a call's
+    leaves that are not literal constants and that its kernel does not read (``zeros_like(x)``
+    reads only ``x``'s static shape): as in stock, which folds a legalized call whose arguments
+    are all constants, they do not stop it folding. ``unwritten``: calls whose kernel may leave
+    part of its output unwritten (``fold_guard._unwritten``), and why.
     """
 
     unsupported: Mapping[int, str] = field(default_factory=dict)
     not_stock_foldable: Mapping[int, str] = field(default_factory=dict)
-    unread_zero_size: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
+    unread: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
     unwritten: Mapping[int, str] = field(default_factory=dict)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
+from types import MappingProxyType
+from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 import tvm
 from tvm import relax
@@ -27,7 +28,6 @@ from .._core.errors import PreconditionError
 from .._core.graph import (
     Annotation,
     FoldNode,
-    InputKind,
     NodeInput,
     TensorInfo,
     reachable_from_constants,
@@ -122,23 +122,25 @@ class Walk:
             )
         return traits
 
-    def candidates(self) -> FrozenSet[int]:
+    def candidates(
+        self, unread: Mapping[int, AbstractSet[int]] = MappingProxyType({})
+    ) -> FrozenSet[int]:
         """The calls that could fold if everything upstream did: the ones worth legalizing.
 
         Reachability from constants as the planner sees it
         (:func:`~fold_guard._core.graph.reachable_from_constants`: a barrier's output is not
         constant), where a zero-size run-time tensor counts as constant (it has one possible
-        value) and the output of a call fold_guard cannot evaluate at all does not.
+        value), so does a leaf in ``unread`` (per node, the leaves ``_reads`` found its kernel
+        does not read), and the output of a call fold_guard cannot evaluate at all does not.
         """
         opaque = {site.node_id for site in self.sites if site.kind is SiteKind.OTHER}
-        barriers = self._barriers()
         nodes = [
             (
                 tuple(
-                    dataclasses.replace(inp, kind=InputKind.CONSTANT)
-                    if index in site.zero_size_leaves and not _reads_barrier(inp, barriers)
+                    dataclasses.replace(inp, reads_value=False)
+                    if i in site.zero_size_leaves or i in unread.get(site.node_id, ())
                     else inp
-                    for index, inp in enumerate(facts.inputs)
+                    for i, inp in enumerate(facts.inputs)
                 ),
                 facts.annotation,
             )
@@ -149,30 +151,13 @@ class Walk:
             node_id for node_id in reachable if self.sites[node_id].kind is not SiteKind.OTHER
         )
 
-    def _barriers(self) -> FrozenSet[int]:
-        return frozenset(
-            site.node_id
-            for site, facts in zip(self.sites, self.facts)
-            if facts.annotation is Annotation.BARRIER
-        )
-
     def translate(self, legalized: PlanningFacts) -> Translation:
         """Build every FoldNode, once, from the walk's facts and what legalization found."""
-        barriers = self._barriers()
-        nodes = tuple(
-            _node(site, facts, legalized, barriers) for site, facts in zip(self.sites, self.facts)
-        )
+        nodes = tuple(_node(site, facts, legalized) for site, facts in zip(self.sites, self.facts))
         return Translation(nodes, tuple(self.sites), dict(self.functions), frozenset(self.escaping))
 
 
-def _reads_barrier(inp: NodeInput, barriers: FrozenSet[int]) -> bool:
-    """A barrier's output is never constant, not even a zero-size one (its one value)."""
-    return inp.kind is InputKind.NODE and inp.node in barriers
-
-
-def _node(
-    site: CallSite, facts: _Facts, legalized: PlanningFacts, barriers: FrozenSet[int]
-) -> FoldNode:
+def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
     """One FoldNode: the walk's facts, plus no kernel at all, or a kernel the stock pass would not use."""
     node_id = site.node_id
     unfoldable, detail = facts.unfoldable, facts.unfoldable_detail
@@ -181,12 +166,10 @@ def _node(
     if unfoldable is None and node_id in legalized.unwritten:
         unfoldable, detail = Reason.UNWRITTEN_MEMORY, legalized.unwritten[node_id]
     inputs = facts.inputs
-    unread = legalized.unread_zero_size.get(node_id, ())
-    if unread:
+    unread = legalized.unread.get(node_id, ())
+    if unread:  # the kernel reads only their static types (the planner keeps a barrier's)
         inputs = tuple(
-            dataclasses.replace(inp, kind=InputKind.CONSTANT)
-            if i in unread and not _reads_barrier(inp, barriers)
-            else inp
+            dataclasses.replace(inp, reads_value=False) if i in unread else inp
             for i, inp in enumerate(inputs)
         )
     default_fold, default_rule = facts.default_fold, facts.default_rule

@@ -69,7 +69,7 @@ def annotate(
     >>> mod = tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.dense(x, w_dq)))
     >>> annotated = fgr.annotate(mod, params={"w": np.ones((4, 4), "float32")})
     >>> print(annotated.explain())  # doctest: +NORMALIZE_WHITESPACE
-    annotated for policy 'qdq-accelerator': 0 fold_allow, 1 fold_barrier
+    placed 1 annotation for policy 'qdq-accelerator': 0 fold_allow, 1 fold_barrier
       main: fold_barrier on qnn.dequantize argument 0: int8[4, 4]
       (input 0 of %0 = qnn.dequantize) [keep-dequantize-of-integer-constant]
     >>> print(annotated.mod["main"].body.args[1].args[0].op.name)  # on the int8 weight

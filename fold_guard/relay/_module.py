@@ -27,6 +27,9 @@ def check_relay_module(mod: object) -> tvm.IRModule:
         not_module_hint="tvm.IRModule.from_expr(func) wraps a Relay function, and "
         "fold_guard.relay.fold_function folds one function directly",
         other_ir_hint="; hint: Relax modules go to fold_guard.relax",
+        importers={
+            "onnx.ModelProto": "relay.frontend.from_onnx(model, freeze_params=True)[0]",
+        },
     )
     return mod
 

@@ -306,11 +306,14 @@ def _rewrite_module(
 
 
 def _constant_bytes(mod: tvm.IRModule) -> int:
+    """The bytes of the module's constants, each once however many calls or functions read it."""
     total = 0
+    counted = set()
     for func in mod.functions.values():
         if isinstance(func, relay.Function):
             for expr in postorder(func.body):
-                if isinstance(expr, relay.Constant):
+                if isinstance(expr, relay.Constant) and expr not in counted:
+                    counted.add(expr)
                     total += (
                         dtype_nbytes(str(expr.data.dtype), tuple(int(d) for d in expr.data.shape))
                         or 0

@@ -95,7 +95,8 @@ def test_a_requantize_of_a_constant_folds_under_the_qdq_policies_unless_kept():
 
 def test_qdq_accelerator_folds_relay_qnn_quantize_of_weights():
     g = G()
-    qdq_weight(g, "qnn")  # adds w_q and w to g
+    _, w = qdq_weight(g, "qnn")  # adds w_q and w to g
+    g.call("nn.dense", g.runtime("x", *F32), w, label="y", default_fold=False)
     plan = plan_folds(g.build(), QDQ_ACCELERATOR_POLICY)
     assert summary(plan)["w_q"] == "FOLDED fold-quantize-of-constant"
     assert summary(plan)["w"] == "KEPT_BY_POLICY keep-dequantize-of-integer-constant"
@@ -238,7 +239,7 @@ def test_placements_relay_qnn_quantize_gets_an_allow_and_no_barrier():
     assert annotated.allows == placed and annotated.barriers == ()
     assert (
         annotated.explain().splitlines()[0]
-        == "annotated for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier"
+        == "placed 1 annotation for policy 'qdq-accelerator': 1 fold_allow, 0 fold_barrier"
     )
 
 

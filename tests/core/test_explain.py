@@ -71,16 +71,17 @@ def test_explain_every_reason_once():
     c = g.const("c")
     g.call("relax.exp", c, label="fold_me")
     g.barrier(c, label="bar")
-    g.call("relax.dequantize", g.const("ci8", "int8"), label="dq", dtype="float32")
+    dq = g.call("relax.dequantize", g.const("ci8", "int8"), label="dq", dtype="float32")
     g.call("relax.exp", g.runtime("x"), label="rt")
     for i, reason in enumerate([Reason.DYNAMIC_SHAPE, Reason.IMPURE, Reason.UNSUPPORTED]):
         g.call("my.op", c, label=f"u{i}", unfoldable=reason, unfoldable_detail=f"why {i}")
     g.call("relax.exp", c, label="bad")
+    g.call("relax.matmul", g.runtime("xm"), dq, label="mm")  # dq is a weight
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY, eval_failures={7: "ValueError: nope"})
     lines = plan.explain().splitlines()
     assert lines[0] == (
         "fold plan under policy 'keep-qdq-weights': 1 folded, 1 kept by barrier, 1 kept by policy, "
-        "1 not constant, 1 dynamic shape, 1 impure, 1 unsupported, 1 evaluation failed"
+        "2 not constant, 1 dynamic shape, 1 impure, 1 unsupported, 1 evaluation failed"
     )
     assert len(lines) == 1 + len(plan.decisions)
     assert all(line.startswith("  f: ") for line in lines[1:])

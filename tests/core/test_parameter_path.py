@@ -219,7 +219,7 @@ def test_annotate_puts_the_stop_under_the_barrier_of_a_call_kept_on_the_paramete
     annotated = Annotated(None, placed, "keep-qdq-weights")
     assert annotated.barriers == placed and annotated.lift_stops == placed
     assert annotated.explain().splitlines()[0] == (
-        "annotated for policy 'keep-qdq-weights': 0 fold_allow, 1 fold_barrier, "
+        "placed 1 annotation for policy 'keep-qdq-weights': 0 fold_allow, 1 fold_barrier, "
         "1 stop_lift_params (weights as parameters)"
     )
 

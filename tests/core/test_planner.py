@@ -113,13 +113,13 @@ def test_runtime_input_is_the_reported_cause_over_a_barrier(x_first):
 
 def test_not_constant_node_input_is_preferred_over_policy_keep():
     """
-    y = add(x, c0); k = dequantize(c_i8); z = add(k, y)   ==>   z: not constant (input y)
+    y = add(x, c0); k = dequantize(c_i8); z = matmul(k, y)   ==>   z: not constant (input y)
     """
     g = G()
     x, c0, ci8 = g.runtime("x"), g.const("c0"), g.const("ci8", "int8")
     y = g.call("relax.add", x, c0, label="y")
     k = g.call("relax.dequantize", ci8, label="k", dtype="float32")
-    g.call("relax.add", k, y, label="z")
+    g.call("relax.matmul", k, y, label="z")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
     assert summary(plan) == {
         "y": "NOT_CONSTANT",
@@ -134,12 +134,14 @@ def test_barrier_is_the_reported_cause_over_a_policy_keep(barrier_first):
     """A barrier outranks a policy keep as the cause, whatever its position.
 
     b = barrier(c0); k = dequantize(c_i8); z = add(b, k)   ==>   z: kept by barrier (input b)
+    (k is also a matmul's weight, so keep-qdq-weights keeps it)
     """
     g = G()
     c0, ci8 = g.const("c0"), g.const("ci8", "int8")
     b = g.barrier(c0, label="b")
     k = g.call("relax.dequantize", ci8, label="k", dtype="float32")
     g.call("relax.add", *((b, k) if barrier_first else (k, b)), label="z")
+    g.call("relax.matmul", g.runtime("x"), k, label="m")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
     assert summary(plan)["k"] == f"KEPT_BY_POLICY {KEEP_DQ_RULE}"
     assert summary(plan)["z"] == f"KEPT_BY_BARRIER {BARRIER_RULE}"
@@ -336,20 +338,23 @@ def test_allow_over_runtime_dependent_operand_stays():
 def test_allow_applies_only_to_its_cone():
     """A policy keep outside the cone is untouched; a node shared with the cone folds for all users.
 
-    d1 = dequantize(c1_i8); a = allow(d1); d2 = dequantize(c2_i8); u = add(d1, d2)
-        ==>   d1, a = C; d2 kept by policy; u kept (input d2)
+    d1 = dequantize(c1_i8); a = allow(d1); d2 = dequantize(c2_i8); u = add(d1, d2);
+    m = matmul(x, u)
+        ==>   d1, a = C; d2 kept by policy (a weight, through u); u kept (input d2)
     """
     g = G()
     d1 = g.call("relax.dequantize", g.const("c1", "int8"), label="d1", dtype="float32")
     g.allow(d1, label="a")
     d2 = g.call("relax.dequantize", g.const("c2", "int8"), label="d2", dtype="float32")
-    g.call("relax.add", d1, d2, label="u")
+    u = g.call("relax.add", d1, d2, label="u")
+    g.call("relax.matmul", g.runtime("x"), u, label="m")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
     assert summary(plan) == {
         "d1": f"FOLDED {ALLOW_RULE}",
         "a": f"FOLDED {ALLOW_RULE}",
         "d2": f"KEPT_BY_POLICY {KEEP_DQ_RULE}",
         "u": f"KEPT_WITH_INPUT {KEEP_DQ_RULE}",
+        "m": "NOT_CONSTANT",
     }
     assert decision(plan, "u").detail == "input d2 was kept (d2 = relax.dequantize)"
 
@@ -508,17 +513,20 @@ def test_eval_failure_on_a_non_constant_node_reports_the_input():
 
 def test_policy_keep_propagates_with_the_upstream_rule():
     """
-    d = dequantize(c_i8); s = add(d, c1); n = neg(s)   ==>   unchanged, all kept by the dq rule
+    d = dequantize(c_i8); s = add(d, c1); n = neg(s); m = matmul(x, n)
+        ==>   unchanged, all kept by the dq rule (d is m's weight, through s and n)
     """
     g = G()
     d = g.call("relax.dequantize", g.const("ci8", "int8"), label="d", dtype="float32")
     s = g.call("relax.add", d, g.const("c1"), label="s")
-    g.call("relax.negative", s, label="n")
+    n = g.call("relax.negative", s, label="n")
+    g.call("relax.matmul", g.runtime("x"), n, label="m")
     plan = plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
     assert summary(plan) == {
         "d": f"KEPT_BY_POLICY {KEEP_DQ_RULE}",
         "s": f"KEPT_WITH_INPUT {KEEP_DQ_RULE}",
         "n": f"KEPT_WITH_INPUT {KEEP_DQ_RULE}",
+        "m": "NOT_CONSTANT",
     }
     (rule,) = (rule for rule in KEEP_QDQ_WEIGHTS_POLICY.rules if rule.name == KEEP_DQ_RULE)
     assert decision(plan, "d").detail == rule.description

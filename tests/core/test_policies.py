@@ -13,6 +13,7 @@ from fold_guard._core import (
     DEQUANTIZE_OPS,
     FOLD_QNN_POLICY,
     KEEP_QDQ_WEIGHTS_POLICY,
+    QDQ_ACCELERATOR_POLICY,
     QUANTIZE_OPS,
     SIZE_GUARD_POLICY,
     Action,
@@ -54,11 +55,14 @@ def _registry_scope():
         yield
 
 
-def single_call(op, *inputs, outputs=None, function="main"):
-    """A CallView of ``op(*inputs)`` where each input is (dtype, shape) of a literal constant."""
+def single_call(op, *inputs, outputs=None, function="main", consumer=None):
+    """A CallView of ``op(*inputs)`` where each input is (dtype, shape) of a literal constant;
+    ``consumer`` names an op that reads its result with a run-time value (``y = consumer(x, v)``)."""
     g = G(function)
     refs = [g.const(f"c{i}", dtype, shape) for i, (dtype, shape) in enumerate(inputs)]
-    g.call(op, *refs, label="v", outputs=outputs)
+    v = g.call(op, *refs, label="v", outputs=outputs)
+    if consumer is not None:
+        g.call(consumer, g.runtime("x", "float32", (16, 16)), v, label="y")
     graph = g.build()
     return CallView(graph.nodes[0], graph)
 
@@ -120,11 +124,33 @@ def test_fold_qnn_has_no_opinion_on_other_ops(op):
 @pytest.mark.parametrize("op", sorted(DEQUANTIZE_OPS))
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
 def test_keep_qdq_keeps_dequantize_of_integer_constant(op, dtype):
+    weight_op = "relax.matmul" if op.startswith("relax") else "nn.dense"
     call = single_call(
-        op, (dtype, (16,)), ("float32", ()), (dtype, ()), outputs=[TensorInfo.of("float32", (16,))]
+        op,
+        (dtype, (16,)),
+        ("float32", ()),
+        (dtype, ()),
+        outputs=[TensorInfo.of("float32", (16,))],
+        consumer=weight_op,
     )
     action, rule = KEEP_QDQ_WEIGHTS_POLICY.decide(call)
     assert action is Action.KEEP and rule.name == "keep-dequantize-of-integer-constant"
+
+
+@pytest.mark.parametrize("policy", [KEEP_QDQ_WEIGHTS_POLICY, QDQ_ACCELERATOR_POLICY])
+@pytest.mark.parametrize("consumer", ["relax.take", "relax.add", None])
+def test_the_qdq_policies_keep_only_a_weights_dequantize(policy, consumer):
+    """An embedding table's ``dequantize`` read by ``take``, one added to an activation, one
+    returned: no weight, so no rule keeps it and the default decides (Relax: it folds)."""
+    call = single_call(
+        "relax.dequantize",
+        ("int8", (16, 16)),
+        ("float32", ()),
+        ("int8", ()),
+        outputs=[TensorInfo.of("float32", (16, 16))],
+        consumer=consumer,
+    )
+    assert policy.decide(call) is None
 
 
 @pytest.mark.parametrize("op", sorted(QUANTIZE_OPS))
@@ -190,13 +216,14 @@ def f32(*shape):
 @pytest.mark.parametrize(
     "inputs,out_shape,kept",
     [
-        # 1024 input bytes, factor 4: a 4096-byte result is exactly at the limit -> folds
-        pytest.param([f32(256)], (1024,), False, id="exactly-factor"),
-        pytest.param([f32(256)], (1025,), True, id="just-above-factor"),
+        # 1024 input bytes, factor 4: a 4096-byte result is at the limit -> kept (at least 4x:
+        # a dequantize of int8 to float32 is exactly 4x its weight)
+        pytest.param([f32(256)], (1024,), True, id="exactly-factor"),
+        pytest.param([f32(512)], (2047,), False, id="just-below-factor"),
         pytest.param([f32(256)], (64, 64), True, id="well-above-factor"),
-        # two inputs count together: 2 * 512 bytes
-        pytest.param([f32(128), f32(128)], (1024,), False, id="two-inputs-exactly"),
-        pytest.param([f32(128), f32(128)], (1025,), True, id="two-inputs-above"),
+        # the largest input counts, not their sum (a dequantize's scales make it no smaller)
+        pytest.param([f32(64), f32(512)], (2048,), True, id="largest-input-exactly"),
+        pytest.param([f32(64), f32(512)], (2047,), False, id="largest-input-below"),
         # below min_result_bytes never kept, however large the growth
         pytest.param([f32()], (1023,), False, id="below-min-bytes"),
         pytest.param([f32()], (1024,), True, id="at-min-bytes"),
@@ -231,13 +258,13 @@ def test_size_guard_defaults():
 @pytest.mark.parametrize(
     "factor,min_bytes,inputs,out_shape,kept",
     [
-        (1.0, 0, [f32(4)], (4,), False),  # equal size at factor 1: not kept
-        (1.0, 0, [f32(4)], (5,), True),
-        (2.5, 0, [f32(4)], (10,), False),  # 40 bytes == 2.5 * 16
-        (2.5, 0, [f32(4)], (11,), True),
+        (1.0, 0, [f32(4)], (3,), False),  # smaller than its input at factor 1: not kept
+        (1.0, 0, [f32(4)], (4,), True),  # at least 1x
+        (2.5, 0, [f32(4)], (9,), False),  # 36 bytes < 2.5 * 16
+        (2.5, 0, [f32(4)], (10,), True),  # 40 bytes == 2.5 * 16
         (0.5, 0, [f32(4)], (3,), True),  # factor < 1 keeps shrinking folds too
         (4.0, 0, [], (1,), True),  # min 0: any creation op with a known size
-        (4.0, 0, [], (0,), False),  # ... but not an empty result (0 > 0 is false)
+        (4.0, 0, [], (0,), False),  # ... but not an empty result (it costs nothing)
     ],
 )
 def test_size_guard_custom(factor, min_bytes, inputs, out_shape, kept):
@@ -527,3 +554,29 @@ def test_allow_root_with_a_tuple_result_is_allowed_through_its_inputs():
     assert allow_roots(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY)) == (
         0,
     )
+
+
+def test_size_guard_keeps_the_dequantize_of_an_int8_weight():
+    """int8 -> float32 is exactly 4x the weight, its per-channel scales aside: caught.
+
+    Against the sum of the inputs (weight + scales + zero points) it stayed just under 4x and
+    always folded: a W8A32 Llama's constants grew from 2.44 to 6.04 MiB under ``size-guard``.
+    """
+    weight, per_channel = ("int8", (64, 64)), ("float32", (64,))
+    call = single_call(
+        "relax.dequantize",
+        weight,
+        per_channel,
+        ("int8", (64,)),
+        outputs=[TensorInfo.of("float32", (64, 64))],
+    )
+    action, rule = SIZE_GUARD_POLICY.decide(call)
+    assert action is Action.KEEP and rule.name == "size-guard"
+    to_half = single_call(
+        "relax.dequantize",
+        weight,
+        per_channel,
+        ("int8", (64,)),
+        outputs=[TensorInfo.of("float16", (64, 64))],
+    )
+    assert SIZE_GUARD_POLICY.decide(to_half) is None  # 2x: not a blow-up

@@ -113,10 +113,12 @@ def test_a_quantize_that_cannot_fold_vetoes_the_chain_rule():
     """
     dq1 = dequantize(W_i8, s1)    kept by keep-dequantize (the chain rule did not apply)
     q   = quantize(dq1, s2)       s2 is a run-time input: q cannot fold
+    dq2 -> conv                   dq1 is still the conv's weight, through q and dq2
     ==>  dq1 is not folded into a float32 constant that a run-time quantize reads
     """
     g = G()
-    requantize_chain(g, runtime_scale=True)
+    _, _, dq2 = requantize_chain(g, runtime_scale=True)
+    g.call("relax.nn.conv2d", g.runtime("x", *W_F32), dq2, label="y")
     plan = plan_folds(g.build(), resolve_policy("keep-qdq-weights"))
     assert summary(plan)["dq1"] == f"KEPT_BY_POLICY {KEEP_DQ}"
     assert decision(plan, "dq1").detail.endswith(
@@ -133,12 +135,14 @@ def test_a_rule_that_keeps_the_quantize_vetoes_the_chain_rule():
         (Rule("keep-quantize", Action.KEEP, "q stays", lambda call: call.op == "relax.quantize"),),
     )
     g = G()
-    requantize_chain(g)
+    _, _, dq2 = requantize_chain(g)
+    g.call("relax.nn.conv2d", g.runtime("x", *W_F32), dq2, label="y")
     plan = plan_folds(g.build(), compose(keep_q, resolve_policy("keep-qdq-weights")))
     assert summary(plan) == {
         "dq1": f"KEPT_BY_POLICY {KEEP_DQ}",
         "q": f"KEPT_WITH_INPUT {KEEP_DQ}",
         "dq2": f"KEPT_WITH_INPUT {KEEP_DQ}",
+        "y": "NOT_CONSTANT",
     }
 
 
@@ -153,7 +157,8 @@ def test_a_barrier_on_the_quantize_input_stops_the_chain_rule():
         dtype="float32",
     )
     b = g.barrier(dq1, label="b")
-    g.call("relax.quantize", b, g.const("s2", "float32", ()), label="q", dtype="int8")
+    q = g.call("relax.quantize", b, g.const("s2", "float32", ()), label="q", dtype="int8")
+    g.call("relax.nn.conv2d", g.runtime("x", *W_F32), q, label="y")
     plan = plan_folds(g.build(), resolve_policy("keep-qdq-weights"))
     assert summary(plan)["dq1"] == f"KEPT_BY_POLICY {KEEP_DQ}"
 
@@ -176,7 +181,8 @@ def test_a_quantize_reading_the_dequantize_as_its_scale_is_no_chain():
         label="dq1",
         dtype="float32",
     )
-    g.call("relax.quantize", g.const("W", *W_F32), dq1, label="q", dtype="int8")
+    q = g.call("relax.quantize", g.const("W", *W_F32), dq1, label="q", dtype="int8")
+    g.call("relax.nn.conv2d", g.runtime("x", *W_F32), q, label="y")
     plan = plan_folds(g.build(), resolve_policy("keep-qdq-weights"))
     assert summary(plan)["dq1"] == f"KEPT_BY_POLICY {KEEP_DQ}"
 
@@ -208,13 +214,15 @@ def test_a_veto_late_in_a_chain_keeps_the_earlier_steps_folded():
     g = G()
     _, _, dq2 = requantize_chain(g)
     q3 = g.call("relax.quantize", dq2, g.runtime("s3", "float32", ()), label="q3", dtype="int8")
-    g.call("relax.dequantize", q3, g.const("s4", "float32", ()), label="dq3", dtype="float32")
+    dq3 = g.call("relax.dequantize", q3, g.const("s4", "float32", ()), label="dq3", dtype="float32")
+    g.call("relax.nn.conv2d", g.runtime("x", *W_F32), dq3, label="y")
     assert summary(plan_folds(g.build(), resolve_policy("keep-qdq-weights"))) == {
         "dq1": f"FOLDED {CHAIN}",
         "q": f"FOLDED {FOLD_Q}",
         "dq2": f"KEPT_BY_POLICY {KEEP_DQ}",
         "q3": "NOT_CONSTANT",
         "dq3": "NOT_CONSTANT",
+        "y": "NOT_CONSTANT",
     }
 
 

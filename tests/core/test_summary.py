@@ -1,6 +1,6 @@
 """The grouped report (fold_guard._core.summary): counts, rules with their consequences, layers.
 
-w = dequantize(c_i8) [kept by rule]; r = reshape(w) [kept: input kept]; y = add(x, r)
+w = dequantize(c_i8) [kept by rule]; r = reshape(w) [kept: input kept]; y = matmul(x, r)
 q = quantize(c_f32) [folded]
 """
 
@@ -27,7 +27,7 @@ def _plan():
         shape=(8, 4),
     )
     r = g.call("relax.reshape", w, label="r", dtype="float32", shape=(32,))
-    g.call("relax.add", x, r, label="y", dtype="float32", shape=(32,))
+    g.call("relax.matmul", x, r, label="y", dtype="float32", shape=(32,))
     g.call("relax.quantize", g.const("c_f32", shape=(16,)), label="q", dtype="int8", shape=(16,))
     return plan_folds(g.build(), KEEP_QDQ_WEIGHTS_POLICY)
 
@@ -83,7 +83,7 @@ def test_summary_text_is_grouped_and_verbose_adds_every_call():
     )
     assert (
         verbose[-2]
-        == "  main/y = relax.add -> float32[32]: not constant: 'input' is a run-time input"
+        == "  main/y = relax.matmul -> float32[32]: not constant: 'input' is a run-time input"
     )
 
 

@@ -224,7 +224,7 @@ class QdqWeight:
         with R.dataflow():
             # kept under keep-qdq-weights: dequantize of an int8 constant (rule keep-dequantize-...)
             w = R.dequantize(R.const(W_INT8), R.const(0.5, "float32"), R.const(0, "int8"), axis=0)
-            y = R.add(x, w)  # kept: x is a run-time input
+            y = R.matmul(x, w)  # kept: x is a run-time input (w is its weight)
             R.output(y)
         return y
 
@@ -237,7 +237,7 @@ class AllowedQdqWeight:
             # folds: inside a fold_allow subgraph, which outranks the keep-qdq-weights policy
             w = R.dequantize(R.const(W_INT8), R.const(0.5, "float32"), R.const(0, "int8"), axis=0)
             wa = R.fold_allow(w)  # folds: operand constant, annotation removed
-            y = R.add(x, wa)  # kept: x is a run-time input
+            y = R.matmul(x, wa)  # kept: x is a run-time input
             R.output(y)
         return y
 
@@ -247,7 +247,7 @@ class AllowedQdqWeightExpected:
     @R.function
     def main(x: R.Tensor((4, 4), "float32")) -> R.Tensor((4, 4), "float32"):
         with R.dataflow():
-            y = R.add(x, R.const(W_INT8.astype("float32") * np.float32(0.5)))
+            y = R.matmul(x, R.const(W_INT8.astype("float32") * np.float32(0.5)))
             R.output(y)
         return y
 

@@ -15,6 +15,14 @@
 
    A call with a zero-size operand that its kernel never reads, or reads only in a branch that
    never runs, folds as in stock (``concat`` with an empty part, ``pad`` of an empty tensor).
+
+3. Where stock's legalization leaves dead, ill-formed bindings behind, fold_guard returns the
+   call untouched::
+
+       gv = dynamic_strided_slice(x, begin, end, strides)   begin / end known only at run time
+       stock: lv = call_tir(shape_func, ...)   a PrimFunc it never adds to the module, then
+              lv1 = tensor_to_shape(lv); match_cast(lv1, ...)   check_well_formed fails
+       ==> unchanged
 """
 
 from __future__ import annotations
@@ -124,3 +132,36 @@ def test_a_zero_size_operand_the_kernel_never_reads_folds_as_in_stock(name):
     result = fgr.fold(mod)
     assert [d.reason for d in result.plan.decisions] == [Reason.FOLDED]
     assert tvm_ffi.structural_equal(result.mod, relax.transform.FoldConstant()(mod))
+
+
+# ------------------------------------------------- dead bindings stock's legalizer leaves
+
+
+def _dynamic_slice(data_is_constant: bool) -> tvm.IRModule:
+    """``main(x, b, e)``: a slice of ``x`` (or of a constant) between run-time bounds."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((10, 8), "float32"))
+    begin = relax.Var("b", relax.TensorType((2,), "int64"))
+    end = relax.Var("e", relax.TensorType((2,), "int64"))
+    data = _const((10, 8), fill=2.0) if data_is_constant else x
+    strides = relax.const(np.array([1, 1], "int64"), "int64")
+    with bb.function("main", [x, begin, end]):
+        with bb.dataflow():
+            gv = bb.emit_output(relax.op.dynamic_strided_slice(data, begin, end, strides))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+@pytest.mark.parametrize("data_is_constant", [False, True], ids=["run-time data", "constant data"])
+@pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])
+def test_a_slice_on_run_time_bounds_is_returned_untouched(data_is_constant, reference):
+    mod = _dynamic_slice(data_is_constant)
+    stock = relax.transform.FoldConstant()(mod)
+    assert not relax.analysis.check_well_formed(stock)  # stock: a call_tir of a missing shape_func
+    assert "shape_func" in stock.script()
+    assert "shape_func" not in [gvar.name_hint for gvar in stock.get_global_vars()]
+    result = fgr.fold(mod, reference_engine=reference, strict=True)  # strict checks well-formedness
+    tvm.ir.assert_structural_equal(result.mod, mod)
+    assert relax.analysis.check_well_formed(result.mod)
+    (decision,) = result.plan.decisions
+    assert decision.reason is Reason.NOT_CONSTANT, decision

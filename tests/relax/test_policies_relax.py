@@ -167,7 +167,7 @@ class Mixed:
             sm = R.broadcast_to(
                 R.const(1.5, "float32"), R.shape([4, 4])
             )  # folds: no rule matches, default
-            y0 = R.add(x, w)  # kept: run-time input
+            y0 = R.matmul(x, w)  # kept: run-time input (w is its weight)
             y1 = R.add(y0, sm)  # kept: run-time input
             y2 = R.add(xb, bc)  # kept: run-time input
             R.output(y1, y2)
@@ -363,7 +363,7 @@ def test_plan_does_not_change_the_module_and_explains_every_call():
         )
     assert "w = relax.dequantize: kept by policy [keep-dequantize-of-integer-constant]" in text
     assert "q = relax.quantize: folded [fold-quantize-of-constant]" in text
-    assert "y0 = relax.add: not constant: 'x' is a run-time input" in text
+    assert "y0 = relax.matmul: not constant: 'x' is a run-time input" in text
 
 
 @pytest.mark.parametrize("policy", ["default", "keep-qdq-weights", "size-guard"])

@@ -254,12 +254,13 @@ class FastEngine:
         return Call(node, start, nbytes, parts)
 
     def _operands(self, node: FoldNode, site: CallSite, values: Values) -> List[Any]:
-        """Per operand of ``site``: the tensor of its constant, else of the node it reads."""
+        """Per operand of ``site``: the tensor of its constant, else of the node it reads (None
+        for one whose value the kernel does not read and that has none here)."""
         operands: List[Any] = []
         for constant, inp in zip(site.leaf_constants, node.inputs):
             if constant is not None:
                 operands.append(_compat.constant_array(constant))
-            elif inp.kind is InputKind.NODE:
+            elif inp.kind is InputKind.NODE and (inp.reads_value or inp.source in values):
                 value = values[inp.source][0]
                 if isinstance(value, LazyFill):  # decided lazy, read after all: write it now
                     values[inp.source] = [_written(v) for v in values[inp.source]]

@@ -105,16 +105,22 @@ class ReferenceEngine:
         return list(outputs)
 
     def _operands(self, site: CallSite, values: Mapping[int, List[object]]) -> List[Any]:
-        """The tensor each operand of ``site`` holds: its constant's, or the value it reads."""
+        """The tensor each operand of ``site`` holds: its constant's, or the value it reads.
+
+        None for an operand with no value here whose value the call does not read
+        (``zeros_like(x)`` of a run-time ``x``): stock shows the legalizer that variable.
+        """
         inputs = self._graph.nodes[site.node_id].inputs
         operands = []
         for index, constant in enumerate(site.leaf_constants):
+            source = inputs[index]
             if constant is not None:
                 operands.append(_compat.constant_array(constant))
-            else:
-                source = inputs[index]
-                assert source.kind is InputKind.NODE, "a folded call reads constants and folds"
+            elif source.kind is InputKind.NODE and source.source in values:
                 operands.append(values[source.source][0])
+            else:
+                assert not source.reads_value, "a folded call reads constants and folds"
+                operands.append(None)
         return operands
 
     def _legalize(
@@ -176,11 +182,15 @@ def _as_stock_sees_it(name: str, site: CallSite, operands: Sequence[Any]) -> rel
     """A function of the call of ``site`` with every operand a constant (``operands``' tensors).
 
     A shape variable whose type gives its values stays a variable, as in stock's view, and
-    becomes a parameter.
+    becomes a parameter; so does an operand with no value (None: one the call does not read),
+    which the legalized kernel must then not take.
     """
     shape_params: List[relax.Var] = []
 
     def rebuild(arg: object) -> relax.Expr:
+        if isinstance(arg, int) and operands[arg] is None:
+            shape_params.append(relax.Var(f"x{arg}", _compat.type_of(site.leaves[arg])))
+            return shape_params[-1]
         if isinstance(arg, int):
             return _compat.make_constant(operands[arg])
         if isinstance(arg, tuple):
