@@ -173,6 +173,19 @@ def position_of(node: Any) -> Any:
     return getattr(node, POSITION_FIELD, None)
 
 
+def make_position(source: str, line: int) -> Any:
+    """A source position naming ``source`` at ``line`` (a ``Span`` in 0.27, a ``Location`` on main)."""
+    return tvm.ir.Span(tvm.ir.SourceName(source), line, line, 0, 0)
+
+
+def position_line(node: Any, source: str) -> Optional[int]:
+    """The line of ``node``'s source position if that position names ``source``, else None."""
+    position = position_of(node)
+    if position is None or str(position.source_name.name) != source:
+        return None
+    return int(position.line)
+
+
 def make_call(
     op: Any,
     args: Any,

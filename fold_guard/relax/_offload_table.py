@@ -216,8 +216,8 @@ def _plain(value: object) -> object:
 # ------------------------------------------------------------------------------ running a table
 
 
-def _span(node: int) -> tvm.ir.Span:
-    return tvm.ir.Span(tvm.ir.SourceName(TAG_SOURCE), node + 1, node + 1, 0, 0)
+def _span(node: int) -> Any:
+    return _compat.make_position(TAG_SOURCE, node + 1)
 
 
 @mutator
@@ -234,7 +234,9 @@ class _Tagger(PyExprMutator):
             super().visit_var_binding_(binding)
             return
         value = self.visit_expr(binding.value)
-        tagged = relax.Call(value.op, value.args, value.attrs, value.ty_args, _span(node))
+        tagged = _compat.make_call(
+            value.op, value.args, value.attrs, value.ty_args, position=_span(node)
+        )
         self.builder_.emit_normalized(
             relax.VarBinding(binding.var, self.builder_.normalize(tagged))
         )
@@ -251,10 +253,8 @@ def tag_calls(mod: tvm.IRModule, variables: Mapping[int, int]) -> tvm.IRModule:
 
 
 def _tag_of(expr: relax.Expr) -> Optional[int]:
-    span = expr.span
-    if span is None or str(span.source_name.name) != TAG_SOURCE:
-        return None
-    return int(span.line) - 1
+    line = _compat.position_line(expr, TAG_SOURCE)
+    return None if line is None else line - 1
 
 
 def _functions(mod: tvm.IRModule) -> List[relax.Function]:
