@@ -9,7 +9,7 @@ is harmless) and teaches TVMScript to parse ``R.fold_barrier(x)`` / ``R.fold_all
 """
 
 # Never import tvm next to tvm_tirx (apache-tvm-tirx): the process would abort; say so instead.
-from .._tvm_cores import check_no_second_core as _check_no_second_core
+from .._tvm.cores import check_no_second_core as _check_no_second_core
 
 _check_no_second_core()
 

@@ -14,7 +14,7 @@ from .._core.graph import Annotation
 from .._core.planner import plan_folds
 from .._core.registry import PolicySpec
 from .._core.report import StepTimer
-from .._serial import serialized
+from .._tvm.serial import serialized
 from . import _compat
 from ._ledger import attach_ledger
 from ._ops import fold_allow, fold_barrier

@@ -58,7 +58,7 @@ from typing import (
 import tvm
 
 from .._core.errors import UnsupportedIRError
-from .._versions import major_minor
+from .._tvm.versions import major_minor
 
 __all__ = [
     "ERROR_NAMESPACE",

@@ -3,7 +3,7 @@
 The rows come from the TVM-free core (:mod:`fold_guard._core.ledger`); this module only keys them
 (a constant by :func:`~fold_guard._core.ledger.content_key` of its dtype, shape and bytes, a
 weight parameter by its name: a variable's name is not a key, passes rename them). The attribute
-(:mod:`fold_guard._ledger_attr`) survives ``tvm.ir.save_json`` / ``load_json`` and TVM's
+(:mod:`fold_guard._tvm.ledger_attr`) survives ``tvm.ir.save_json`` / ``load_json`` and TVM's
 pipelines (``relax.get_pipeline("zero")`` / ``"default"``, ``LiftTransformParams``).
 """
 
@@ -16,7 +16,7 @@ from tvm import relax
 
 from .._core.ledger import LedgerRow, content_key, ledger_rows
 from .._core.planner import FoldPlan
-from .._ledger_attr import read_ledger, write_ledger
+from .._tvm.ledger_attr import read_ledger, write_ledger
 from . import _compat
 from ._sites import CallSite
 

@@ -23,7 +23,7 @@ immediates, which gives the same bits except for the few values TVM or LLVM comp
 pass sees it: scalar constants are given to the legalizer as constants, because some legalizers
 (``astype``) then return a constant instead of a TIR call, and the stock pass does not fold those;
 a value that can matter (a zero divisor) gets a decision of its own. Which kernels may leave output
-unwritten is read here too (``fold_guard._unwritten``).
+unwritten is read here too (``fold_guard._tvm.unwritten``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .._unwritten import (
+from .._tvm.unwritten import (
     EMPTY_READ_DETAIL,
     EMPTY_REDUCTION_DETAIL,
     reads_empty_buffer,
@@ -311,7 +311,7 @@ def legalize_candidates(
             leaves = unread_leaves(site, kernel.arg_map)
             if leaves:
                 unread[site.node_id] = leaves
-    # Step 4. Kernels whose result depends on memory nobody wrote (``fold_guard._unwritten``):
+    # Step 4. Kernels whose result depends on memory nobody wrote (``fold_guard._tvm.unwritten``):
     # only a zero-size operand can make one.
     unwritten: Dict[int, str] = {}
     for site in sites:

@@ -21,8 +21,8 @@ from .._core.pattern_match import Arg, LeafArg, StaticArg, TupleArg
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec
 from .._core.report import StepTimer
-from .._offload import OffloadAdapter, OffloadSession, TableBinder
-from .._serial import serialized
+from .._tvm.offload import OffloadAdapter, OffloadSession, TableBinder
+from .._tvm.serial import serialized
 from . import _compat
 from ._annotate import annotate
 from ._offload_table import (
@@ -90,7 +90,7 @@ def _tagged(analysis: Analysis) -> tvm.IRModule:
     return tag_calls(analysis.mod, variables)
 
 
-#: The Relax steps of trying a table (``fold_guard._offload``).
+#: The Relax steps of trying a table (``fold_guard._tvm.offload``).
 ADAPTER = OffloadAdapter(
     analysis_type=Analysis,
     analyse=lambda mod: analyse(mod, DEFAULT_POLICY, StepTimer()),

@@ -16,7 +16,6 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .._adapter import fold_constant_pass
 from .._core.driver import evaluate_until_stable, releasable
 from .._core.errors import PlanInvariantError, PreconditionError
 from .._core.graph import FoldGraph
@@ -25,8 +24,9 @@ from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec, resolve_policy, with_budget
 from .._core.report import FoldResult, StepTimer, fold_result
-from .._pass_context import isolated_pass_context
-from .._serial import serialized
+from .._tvm.adapter import fold_constant_pass
+from .._tvm.pass_context import isolated_pass_context
+from .._tvm.serial import serialized
 from . import _compat
 from ._apply import constant_bytes, rewrite_module
 from ._config import CacheSetting, resolve_options

@@ -15,10 +15,10 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 import tvm
 from tvm import relax
 
-from .._adapter import check_module
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import TensorInfo
 from .._core.reasons import Reason
+from .._tvm.adapter import check_module
 from . import _compat
 from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
 

@@ -16,8 +16,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .._partition import ConstantsView, Partitioned, partition_released
-from .._serial import serialized
+from .._tvm.partition import ConstantsView, Partitioned, partition_released
+from .._tvm.serial import serialized
 from . import _compat
 from ._ops import FOLD_BARRIER_OP
 from ._read import check_relax_module

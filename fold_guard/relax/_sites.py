@@ -108,7 +108,7 @@ class PlanningFacts:
     leaves that are not literal constants and that its kernel does not read (``zeros_like(x)``
     reads only ``x``'s static shape): as in stock, which folds a legalized call whose arguments
     are all constants, they do not stop it folding. ``unwritten``: calls whose kernel may leave
-    part of its output unwritten (``fold_guard._unwritten``), and why.
+    part of its output unwritten (``fold_guard._tvm.unwritten``), and why.
     """
 
     unsupported: Mapping[int, str] = field(default_factory=dict)

@@ -29,7 +29,7 @@ Public surface:
 """
 
 # Never import tvm next to tvm_tirx (apache-tvm-tirx): the process would abort; say so instead.
-from .._tvm_cores import check_no_second_core as _check_no_second_core
+from .._tvm.cores import check_no_second_core as _check_no_second_core
 
 _check_no_second_core()
 

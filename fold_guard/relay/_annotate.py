@@ -15,7 +15,7 @@ from .._core.graph import Annotation
 from .._core.planner import plan_folds
 from .._core.registry import PolicySpec
 from .._core.report import StepTimer
-from .._serial import serialized
+from .._tvm.serial import serialized
 from ._module import module_like
 from ._ops import fold_allow, fold_barrier
 from ._pass import Analysis, analyse, fold

@@ -12,7 +12,7 @@ from typing import Mapping
 import tvm
 from tvm import relay
 
-from .._adapter import check_module
+from .._tvm.adapter import check_module
 from ._rewrite import remap_global_vars
 
 __all__ = ["check_relay_module", "detached_copy", "module_like"]

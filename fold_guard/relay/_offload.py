@@ -22,8 +22,8 @@ from .._core.pattern_match import Arg, LeafArg, TupleArg
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec
 from .._core.report import StepTimer
-from .._offload import OffloadAdapter, OffloadSession, TableBinder
-from .._serial import serialized
+from .._tvm.offload import OffloadAdapter, OffloadSession, TableBinder
+from .._tvm.serial import serialized
 from ._offload_table import (
     TableLike,
     composites_of,
@@ -62,7 +62,7 @@ def _tagged(analysis: Analysis) -> tvm.IRModule:
     return tag_calls(analysis.mod, {site.call: site.node_id for site in analysis.translation.sites})
 
 
-#: The Relay steps of trying a table (``fold_guard._offload``).
+#: The Relay steps of trying a table (``fold_guard._tvm.offload``).
 ADAPTER = OffloadAdapter(
     analysis_type=Analysis,
     analyse=lambda mod: analyse(mod, DEFAULT_POLICY, None, StepTimer()),

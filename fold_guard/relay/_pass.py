@@ -10,7 +10,6 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import tvm
 from tvm import relay
 
-from .._adapter import fold_constant_pass
 from .._core.driver import evaluate_until_stable
 from .._core.errors import PreconditionError, UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
@@ -19,8 +18,9 @@ from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy
 from .._core.registry import PolicySpec, resolve_policy, with_budget
 from .._core.report import FoldResult, StepTimer, fold_result
-from .._pass_context import isolated_pass_context
-from .._serial import serialized
+from .._tvm.adapter import fold_constant_pass
+from .._tvm.pass_context import isolated_pass_context
+from .._tvm.serial import serialized
 from ._evaluate import Values, evaluate_plan, materialize
 from ._ledger import attach_ledger
 from ._module import check_relay_module, detached_copy, module_like

@@ -150,7 +150,7 @@ def _qnn_module(rows: int) -> tvm.IRModule:
 @pytest.mark.slow
 def test_eight_threads_fold_like_one():
     """Eight threads at once (four distinct modules, one module shared by four threads) give the
-    sequential results, no error, and leave every input as it was (fold_guard/_serial.py)."""
+    sequential results, no error, and leave every input as it was (fold_guard/_tvm/serial.py)."""
     distinct = [_qnn_module(rows) for rows in (3, 5, 6, 7)]
     entries = [
         lambda mod: fgr.fold(mod, policy="keep-qdq-weights").mod,

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 
-from ._core.ledger import (
+from .._core.ledger import (
     LEDGER_ATTR,
     LedgerRow,
     ledger_payload,
