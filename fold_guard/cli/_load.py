@@ -185,11 +185,10 @@ def _relay_layer_names(mod: Any) -> Mapping[Tuple[str, str], str]:
     ``fold`` does, so they match the report's. A span's name is ``<output>@@<node>`` or the
     node's name alone.
     """
-    from .._core.report import StepTimer
-    from ..relay._pass import analyse
+    from ..relay._translate import analyse
 
     layers: Dict[Tuple[str, str], str] = {}
-    translation = analyse(mod, "default", None, StepTimer()).translation
+    translation = analyse(mod, "default").translation
     for node, site in zip(translation.nodes, translation.sites):
         span = site.call.span
         name = getattr(getattr(span, "source_name", None), "name", "") if span is not None else ""

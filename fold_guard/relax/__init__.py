@@ -21,10 +21,10 @@ _register_errors_with_ffi()
 from ._annotate import annotate  # noqa: E402
 from ._ledger import ledger  # noqa: E402
 from ._offload import backend_policy, explain_offload  # noqa: E402
+from ._offload.patterns import absorb_weight_dequantize, dequantized_constant  # noqa: E402
 from ._ops import fold_allow, fold_barrier  # noqa: E402
 from ._ops import register_ops as _register_ops  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, plan  # noqa: E402
-from ._patterns import absorb_weight_dequantize, dequantized_constant  # noqa: E402
 from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
 _register_ops()

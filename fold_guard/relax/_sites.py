@@ -1,29 +1,33 @@
-"""The data the Relax adapter's translation and evaluation share: a leaf module.
+"""The data the Relax adapter's translation hands the stages after it: a leaf module.
 
-The seam of the adapter runs through here. Translation (``_walk``: the Relax module read into
-call sites and graph nodes; ``_legalize``: what ``LegalizeOps`` makes of them) produces these
-values; evaluation (``_engine``) consumes them. This module imports nothing of fold_guard's but
-``_compat``, so both sides depend on it and never on each other.
+The seam of the adapter runs through here. Translation (``_translate``: the Relax module read
+into call sites and graph nodes, and what ``LegalizeOps`` makes of them) produces these values;
+evaluation (``_engine``) and the rewrite (``_rewrite``) consume them. This module imports nothing
+of fold_guard's but the core's graph and ``_compat``, so every side depends on it and none on
+another.
 
 * :class:`CallSite`: where a call is and what it reads (its tensor leaves, their constants).
 * :class:`PlanningFacts`: the facts only legalization knows, frozen; legalization makes
   them on every run, so no cache can change a plan.
 * :class:`KernelSpec`: the legalized PrimFunc that computes a call, and how its buffers map to
   the call's leaves.
+* :class:`Translation`: every call site of a module with its graph node, and the functions
+  they came from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping, Optional, Tuple
+from typing import FrozenSet, Mapping, Optional, Tuple
 
 import tvm
 from tvm import relax
 
+from .._core.graph import FoldNode
 from . import _compat
 
-__all__ = ["CallSite", "KernelSpec", "PlanningFacts", "SiteKind", "StaticShapeVar"]
+__all__ = ["CallSite", "KernelSpec", "PlanningFacts", "SiteKind", "StaticShapeVar", "Translation"]
 
 
 class SiteKind(Enum):
@@ -115,3 +119,16 @@ class PlanningFacts:
     not_stock_foldable: Mapping[int, str] = field(default_factory=dict)
     unread: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
     unwritten: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relax functions they came from."""
+
+    nodes: Tuple[FoldNode, ...]
+    sites: Tuple[CallSite, ...]
+    functions: Mapping[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+    #: nodes whose variable is used other than as a tensor operand of a call the graph holds (a
+    #: return value, a tuple, a match cast, a branch or closure that captures it): the rewrite
+    #: may need their values whatever their consumers do
+    escaping: FrozenSet[int] = frozenset()

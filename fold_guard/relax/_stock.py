@@ -13,8 +13,8 @@ else. On a TVM upgrade, re-check this module against the new ``fold_constant.cc`
   ``call_tir`` without symbolic shape arguments;
 * **constness after legalization**: every call is legalized, whatever its operands, and folds
   when that ``call_tir``'s arguments are all constants: an operand the kernel does not take
-  (``zeros_like(x)`` reads only ``x``'s static shape) does not stop it (``_reads`` finds them,
-  ``_legalize`` records them in ``PlanningFacts.unread``);
+  (``zeros_like(x)`` reads only ``x``'s static shape) does not stop it (``_translate.reads`` finds them,
+  ``_translate.legalize`` records them in ``PlanningFacts.unread``);
 * **scalar legalization**: stock legalizes the call as it stands, so scalar constant operands reach
   the legalizer as constants; some legalizers (``astype``) then return a constant instead of a
   TIR call, which stock does not fold. Whether that happens is decided by legalizing once with

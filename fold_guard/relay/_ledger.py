@@ -18,7 +18,7 @@ import tvm
 from .._core.ledger import LedgerRow, content_key, ledger_rows
 from .._core.planner import FoldPlan
 from .._tvm.ledger_attr import read_ledger, write_ledger
-from ._walk import CallSite, ConstSource, Source, TupleSource
+from ._sites import CallSite, ConstSource, Source, TupleSource
 
 __all__ = ["attach_ledger", "constant_key", "ledger"]
 

@@ -34,7 +34,7 @@ from fold_guard.relax._engine import EngineOptions, fast
 from fold_guard.relax._engine.movement import moves_data, read_movement
 from fold_guard.relax._engine.opt_level import QUICK_TARGET
 from fold_guard.relax._engine.strategy import Strategy, Way, choose_strategies
-from fold_guard.relax._pass import analyse
+from fold_guard.relax._translate import analyse
 
 KERNELS_ONLY = EngineOptions(host_copies=False, fills=False)
 DEFAULTS = EngineOptions()

@@ -18,7 +18,7 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard import Action, FoldPolicy, Rule, UnsupportedIRError
-from fold_guard.relax import _compat, _legalize, _read, _walk
+from fold_guard.relax import _compat, _translate
 
 
 def _module() -> tvm.IRModule:
@@ -78,11 +78,10 @@ def test_handle_identifies_the_object_not_the_wrapper():
 
 def test_call_attributes_read_late_equal_read_early():
     mod = _module()
-    walk = _walk.walk_relax(mod)
-    legalized = _legalize.legalize_candidates(mod, walk.sites, walk.candidates())
-    nodes = walk.translate(legalized.facts).nodes
+    translation = _translate.analyse(mod, "default").translation
+    nodes = translation.nodes
     sum_node = next(node for node in nodes if node.op == "relax.sum")
-    eager = _read.read_attrs(walk.sites[sum_node.id].call.attrs)
+    eager = _compat.read_attrs(translation.sites[sum_node.id].call.attrs)
     assert eager["keepdims"] is True and eager["axis"] == (1,)
     assert dict(sum_node.attrs) == eager
     assert sum_node.attrs == eager and len(sum_node.attrs) == len(eager)

@@ -21,7 +21,7 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard import Reason
-from fold_guard.relax._normalize import hoist_match_cast_values
+from fold_guard.relax._translate.normalize import hoist_match_cast_values
 
 
 def _nested(make_call, ty) -> tvm.IRModule:

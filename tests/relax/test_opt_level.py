@@ -25,7 +25,7 @@ from fold_guard._core.report import StepTimer
 from fold_guard.relax._engine import EngineOptions
 from fold_guard.relax._engine.opt_level import OPTIMIZED_TARGET, QUICK_BUILD_MAX_BYTES, QUICK_TARGET
 from fold_guard.relax._engine.strategy import choose_strategies
-from fold_guard.relax._pass import analyse
+from fold_guard.relax._translate import analyse
 
 
 def _kernels(mod: tvm.IRModule):

@@ -15,7 +15,7 @@ from tvm import relay
 import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Reason
-from fold_guard.relay import _evaluate
+from fold_guard.relay._engine import evaluate as _evaluate
 
 SHAPE = (2, 3)
 A = np.arange(6, dtype="float32").reshape(SHAPE)

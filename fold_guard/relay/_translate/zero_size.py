@@ -18,8 +18,8 @@ from typing import List
 import tvm
 from tvm import relay
 
-from .._tvm.unwritten import EMPTY_READ_DETAIL, reads_empty_buffer
-from ._stock import evaluation_target
+from ..._tvm.unwritten import EMPTY_READ_DETAIL, reads_empty_buffer
+from .._stock import evaluation_target
 
 __all__ = ["reads_memory_nobody_wrote"]
 

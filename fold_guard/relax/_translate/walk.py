@@ -9,7 +9,7 @@ constant, as in the stock pass.
 
 Translation is two steps, because some facts of a node are only known once its call is
 legalized (whether it has a kernel, whether stock folds what the legalizer returns, which
-zero-size operands the kernel reads): :func:`walk_relax` describes every call binding, ``_legalize``
+zero-size operands the kernel reads): :func:`walk_relax` describes every call binding, :mod:`.legalize`
 legalizes the calls :meth:`Walk.candidates` names, and :meth:`Walk.translate` then builds every
 :class:`FoldNode` once, with those :class:`~fold_guard.relax._sites.PlanningFacts`.
 """
@@ -24,29 +24,19 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, T
 import tvm
 from tvm import relax
 
-from .._core.errors import PreconditionError
-from .._core.graph import (
+from ..._core.errors import PreconditionError
+from ..._core.graph import (
     Annotation,
     FoldNode,
     NodeInput,
     TensorInfo,
     reachable_from_constants,
 )
-from .._core.reasons import Reason
-from . import _compat
-from ._leaves import OPAQUE, WEIGHT, Bound, Env, Leaves, Scope, add_leaf, bound_item
-from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
-from ._read import (
-    KERNEL_CALL_OPS,
-    attrs_of,
-    callee_of,
-    check_annotation,
-    check_call_tir,
-    check_normalized,
-    output_infos,
-)
-from ._sites import CallSite, PlanningFacts, SiteKind
-from ._stock import (
+from ..._core.reasons import Reason
+from .. import _compat
+from .._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+from .._sites import CallSite, PlanningFacts, SiteKind, Translation
+from .._stock import (
     CALL_TIR_OP,
     TENSOR_TO_SHAPE_OP,
     default_decision,
@@ -55,21 +45,18 @@ from ._stock import (
     weight_dims,
     weight_parameter_start,
 )
+from .leaves import OPAQUE, WEIGHT, Bound, Env, Leaves, Scope, add_leaf, bound_item
+from .read import (
+    KERNEL_CALL_OPS,
+    attrs_of,
+    callee_of,
+    check_annotation,
+    check_call_tir,
+    check_normalized,
+    output_infos,
+)
 
-__all__ = ["Translation", "Walk", "walk_relax"]
-
-
-@dataclass(frozen=True)
-class Translation:
-    """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relax functions they came from."""
-
-    nodes: Tuple[FoldNode, ...]
-    sites: Tuple[CallSite, ...]
-    functions: Mapping[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
-    #: nodes whose variable is used other than as a tensor operand of a call the graph holds (a
-    #: return value, a tuple, a match cast, a branch or closure that captures it): the rewrite
-    #: may need their values whatever their consumers do
-    escaping: FrozenSet[int] = frozenset()
+__all__ = ["Walk", "walk_relax"]
 
 
 @dataclass(frozen=True)
@@ -130,7 +117,7 @@ class Walk:
         Reachability from constants as the planner sees it
         (:func:`~fold_guard._core.graph.reachable_from_constants`: a barrier's output is not
         constant), where a zero-size run-time tensor counts as constant (it has one possible
-        value), so does a leaf in ``unread`` (per node, the leaves ``_reads`` found its kernel
+        value), so does a leaf in ``unread`` (per node, the leaves :mod:`.reads` found its kernel
         does not read), and the output of a call fold_guard cannot evaluate at all does not.
         """
         opaque = {site.node_id for site in self.sites if site.kind is SiteKind.OTHER}
@@ -201,7 +188,7 @@ def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
 def walk_relax(mod: tvm.IRModule) -> Walk:
     """Walk every Relax function of ``mod`` and describe each call binding.
 
-    ``mod`` is an IRModule the pass has already checked (``_read.check_relax_module``).
+    ``mod`` is an IRModule the pass has already checked (:func:`.read.check_relax_module`).
     """
     walk = Walk([], [], {})
     for gvar, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):

@@ -16,10 +16,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .._core.graph import InputKind, NodeInput, TensorInfo
-from . import _compat
-from ._read import tensor_info
-from ._sites import StaticShapeVar
+from ..._core.graph import InputKind, NodeInput, TensorInfo
+from .. import _compat
+from .._sites import StaticShapeVar
+from .read import tensor_info
 
 __all__ = ["OPAQUE", "WEIGHT", "Bound", "Env", "Leaves", "Scope", "add_leaf", "bound_item"]
 

@@ -1,7 +1,7 @@
 """What the adapter reads of a Relax module and its bindings: checks, tensor types, attributes.
 
 :func:`check_relax_module` is every entry point's first check (an IRModule of Relax functions).
-Small readers ``_walk`` uses for every call binding: the preconditions a binding must meet
+Small readers :mod:`.walk` uses for every call binding: the preconditions a binding must meet
 (well-formed annotations, a normalized body, a ``call_tir`` of one of the module's PrimFuncs),
 the :class:`~fold_guard._core.graph.TensorInfo` of a type (remembered per type object, see
 ``_compat.remembering_types``), and a call's attributes as plain Python values, read on first
@@ -15,12 +15,12 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 import tvm
 from tvm import relax
 
-from .._core.errors import PreconditionError, UnsupportedIRError
-from .._core.graph import TensorInfo
-from .._core.reasons import Reason
-from .._tvm.adapter import check_module
-from . import _compat
-from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
+from ..._core.errors import PreconditionError, UnsupportedIRError
+from ..._core.graph import TensorInfo
+from ..._core.reasons import Reason
+from ..._tvm.adapter import check_module
+from .. import _compat
+from .._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
 
 __all__ = [
     "KERNEL_CALL_OPS",
@@ -31,7 +31,6 @@ __all__ = [
     "check_normalized",
     "check_relax_module",
     "output_infos",
-    "read_attrs",
     "tensor_info",
 ]
 
@@ -172,7 +171,7 @@ class _CallAttrs(Mapping[str, object]):
 
     def _read(self) -> Dict[str, object]:
         if self._values is None:
-            self._values = read_attrs(self._attrs)
+            self._values = _compat.read_attrs(self._attrs)
             self._attrs = None
         return self._values
 
@@ -195,28 +194,3 @@ class _CallAttrs(Mapping[str, object]):
 def attrs_of(call: relax.Call) -> Mapping[str, object]:
     attrs = call.attrs
     return {} if attrs is None else _CallAttrs(attrs)
-
-
-def read_attrs(attrs: tvm.ir.Attrs) -> Dict[str, object]:
-    result: Dict[str, object] = {}
-    for key in dir(attrs):
-        if key.startswith("_"):
-            continue
-        try:
-            value = getattr(attrs, key)
-        except Exception:  # noqa: BLE001 - reflection of arbitrary attrs; skip what does not read
-            continue
-        if callable(value):
-            continue
-        result[key] = _plain(value)
-    return result
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, (int, float, str, bool)) or value is None:
-        return value
-    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
-        return value.value
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "Array":
-        return tuple(_plain(v) for v in value)  # type: ignore[attr-defined]
-    return str(value)
