@@ -2,9 +2,9 @@
 
 The seam of the adapter runs through here. Translation (``_translate``: the Relax module read
 into call sites and graph nodes, and what ``LegalizeOps`` makes of them) produces these values;
-evaluation (``_engine``) and the rewrite (``_rewrite``) consume them. This module imports nothing
-of fold_guard's but the core's graph and ``_compat``, so every side depends on it and none on
-another.
+evaluation (``_engine``) and the rewrite (``_rewrite``) consume them, and stock's rules
+(``_stock``) say which :class:`SiteKind` a call is. This module imports nothing of fold_guard's but
+the core's graph, so every side depends on it and none on another.
 
 * :class:`CallSite`: where a call is and what it reads (its tensor leaves, their constants).
 * :class:`PlanningFacts`: the facts only legalization knows, frozen; legalization makes
@@ -25,7 +25,6 @@ import tvm
 from tvm import relax
 
 from .._core.graph import FoldNode
-from . import _compat
 
 __all__ = ["CallSite", "KernelSpec", "PlanningFacts", "SiteKind", "StaticShapeVar", "Translation"]
 
@@ -50,10 +49,8 @@ class StaticShapeVar:
     """
 
     var: relax.Var
-
-    @property
-    def values(self) -> Tuple[int, ...]:
-        return tuple(int(v.value) for v in _compat.type_of(self.var).values)
+    #: its values, read from its type
+    values: Tuple[int, ...]
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,7 +21,7 @@ from ..._core.graph import FoldGraph, InputKind
 from ..._core.planner import FoldPlan
 from .. import _compat
 from .._sites import CallSite, KernelSpec, SiteKind
-from .._stock import legalized_call_tir, not_legalized_rule
+from .._stock import scalar_rule
 from .requests import leaf_type, legalize_requests, make_request
 
 __all__ = [
@@ -105,6 +105,5 @@ def stock_legalization_error(site: CallSite, scalars: Mapping[int, np.ndarray]) 
     )
     legalized, errors = legalize_requests({request.name: func})
     if request.name in errors:
-        return f"{errors[request.name]}; stock raises"
-    _, why = legalized_call_tir(legalized[request.name][request.name])
-    return not_legalized_rule(site.op_name, why) if why else None
+        return scalar_rule(site.op_name, None, errors[request.name])
+    return scalar_rule(site.op_name, legalized[request.name][request.name])

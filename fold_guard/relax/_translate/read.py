@@ -2,7 +2,7 @@
 
 :func:`check_relax_module` is every entry point's first check (an IRModule of Relax functions).
 Small readers :mod:`.walk` uses for every call binding: the preconditions a binding must meet
-(well-formed annotations, a normalized body, a ``call_tir`` of one of the module's PrimFuncs),
+(well-formed annotations, a normalized body), the kernel a kernel call calls,
 the :class:`~fold_guard._core.graph.TensorInfo` of a type (remembered per type object, see
 ``_compat.remembering_types``), and a call's attributes as plain Python values, read on first
 use.
@@ -17,7 +17,6 @@ from tvm import relax
 
 from ..._core.errors import PreconditionError, UnsupportedIRError
 from ..._core.graph import TensorInfo
-from ..._core.reasons import Reason
 from ..._tvm.adapter import check_module
 from .. import _compat
 from .._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
@@ -27,7 +26,6 @@ __all__ = [
     "attrs_of",
     "callee_of",
     "check_annotation",
-    "check_call_tir",
     "check_normalized",
     "check_relax_module",
     "output_infos",
@@ -90,15 +88,6 @@ def check_normalized(scope: str, label: str, value: relax.Expr, args: List[relax
         "normalize it itself, because TVM's normalizer writes types into the caller's nodes. "
         "Hint: run relax.transform.Normalize() first"
     )
-
-
-def check_call_tir(mod: tvm.IRModule, call: relax.Call) -> Tuple[Optional[Reason], str]:
-    callee = call.args[0]
-    if not isinstance(callee, tvm.ir.GlobalVar) or callee not in mod.functions:
-        return Reason.UNSUPPORTED, f"call_tir target {callee} is not a function of the module"
-    if not isinstance(mod[callee], tvm.tirx.PrimFunc):
-        return Reason.UNSUPPORTED, f"call_tir target {callee.name_hint} is not a PrimFunc"
-    return None, ""
 
 
 #: Ops whose first argument is the thing called (a PrimFunc's GlobalVar or an extern), with the

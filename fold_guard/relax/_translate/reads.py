@@ -55,7 +55,7 @@ def probe_sites(walk: Walk, candidates: AbstractSet[int]) -> List[CallSite]:
         for site, facts in zip(walk.sites, walk.facts)
         if site.kind is SiteKind.OP
         and site.node_id not in candidates
-        and facts.unfoldable is None
+        and facts.stock.unfoldable is None
         and all(info.is_static for info in facts.outputs)
         and all(shape is not None and None not in shape for shape in leaf_shapes(site))
         and not any(inp.node in barriers for inp in facts.inputs if inp.node is not None)
