@@ -256,6 +256,7 @@ HOMES = {
     "RFC: Evaluation (which kernels move data, fills, one copy)": "guide/performance.md#which-kernels-move-data",
     "RFC: Policies from a backend's table (in full)": "guide/backend-tables.md#how-a-table-becomes-a-policy",
     "RFC: Appendix A (the Relay stock rules mirrored)": "guide/relay.md#what-the-adapter-mirrors-of-stock",
+    "RFC: Agreeing with the stock pass (the Relax rules in full)": "guide/policies.md#what-default-mirrors-of-stock",
 }
 
 
