@@ -253,6 +253,10 @@ HOMES = {
     "RFC: Frontends, requantize chains and low-precision weights": "guide/frontends.md#requantize-chains",
     "RFC: Lowered calls": "guide/lowered-kernels.md#lowered-kernels-and-low-bit-weights",
     "RFC: Evaluation (the fast engine's mechanisms)": "guide/performance.md#how-it-is-fast",
+    "RFC: Evaluation (which kernels move data, fills, one copy)": "guide/performance.md#which-kernels-move-data",
+    "RFC: Policies from a backend's table (in full)": "guide/backend-tables.md#how-a-table-becomes-a-policy",
+    "RFC: Appendix A (the Relay stock rules mirrored)": "guide/relay.md#what-the-adapter-mirrors-of-stock",
+    "RFC: Agreeing with the stock pass (the Relax rules in full)": "guide/policies.md#what-default-mirrors-of-stock",
 }
 
 
