@@ -24,7 +24,14 @@ __all__ = ["attach_ledger", "constant_key", "ledger"]
 
 
 def constant_key(const: Any) -> str:
-    """The content key of a Relax constant (``sha256:<16 hex digits>``)."""
+    """The content key of a Relax constant (``sha256:<16 hex digits>``): a ledger row's ``key``.
+
+    >>> import numpy as np
+    >>> from tvm import relax
+    >>> import fold_guard.relax as fgr
+    >>> fgr.constant_key(relax.const(np.ones((4, 4), "int8")))
+    'sha256:bef79c0aacebb5cf'
+    """
     array = _compat.constant_array(const).numpy()
     return content_key(str(array.dtype), array.shape, array.tobytes())
 
@@ -59,7 +66,7 @@ def attach_ledger(
 def ledger(mod: tvm.IRModule) -> List[LedgerRow]:
     """The precision ledger ``fold`` / ``annotate`` (``ledger=True``) wrote into ``mod``.
 
-    One :class:`~fold_guard._core.ledger.LedgerRow` per weight: its content key, source layer,
+    One :class:`~fold_guard.LedgerRow` per weight: its content key, source layer,
     dtype, shape and bytes before and after, the action (``folded`` / ``kept`` / ``lifted``) and
     the rule that decided. Empty for a module without a ledger.
 

@@ -93,7 +93,7 @@ def fold(
     ``ledger=True`` writes the precision ledger (one row per weight, :func:`fold_guard.relax.ledger`)
     into the result's ``fold_guard.ledger`` module attribute; off by default, so the output stays
     structurally equal to what the stock pass and a hand-written Expected module give.
-    ``engine_options`` (a ``fold_guard.relax._engine.EngineOptions``) sets every engine switch
+    ``engine_options`` (an :class:`EngineOptions`) sets every engine switch
     at once, each speed mechanism included, for tests and benchmarks; it excludes the three.
 
     Examples
@@ -133,37 +133,37 @@ def _fold(
     options: EngineOptions,
     ledger: bool = False,
 ) -> FoldResult:
+    # The fold's steps, numbered alike in fold_guard/relay/_pass.py.
     timer = StepTimer()
+    # Step 1. Translate (``_translate``): preconditions (strict: a well-formed input), the graph.
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
     translation, resolved = analysis.translation, analysis.policy
-    # Step 4. Plan with the TVM-free core.
+    # Step 2. Plan with the TVM-free core.
     fold_plan = plan_folds(analysis.graph, resolved)
     timer.lap("plan")
-    # Step 5. Build every kernel the plan needs, once.
+    # Step 3. Evaluate: every kernel the plan needs built once, then the calls in topological
+    # order; a failure re-plans (its consumers no longer fold). The values that may be dropped
+    # early are decided once per plan, and the rewrite gets the same decision; what translation
+    # must judge on evaluated values (``Analysis.stock_failures``) fails a call as stock would.
     engine = make_engine(options, analysis.mod, analysis.graph, translation.sites, analysis.kernels)
     engine.prepare(fold_plan)
     timer.lap("compile")
-    # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
-    # Which values may be dropped early is decided here, once per plan, and the rewrite gets the
-    # same decision; the scalars a stock decision waits for are kept until it is checked (0-d:
-    # no memory). A call whose stock decision needed a scalar folded in this same pass is
-    # checked on its real value: where stock would not fold it there, it fails and is re-planned.
     values: Values = {}
-    kept = analysis.kept_values()
     release: Dict[int, Tuple[int, ...]] = {}
 
     def evaluate(p: FoldPlan) -> Dict[int, str]:
         release.clear()
-        release.update(releasable(p, kept))
+        release.update(releasable(p, analysis.kept_values()))
         failures = engine.evaluate(p, values, strict=strict, release=release)
         failures.update(analysis.stock_failures(p, values))
         return failures
 
     fold_plan, _ = evaluate_until_stable(fold_plan, resolved, evaluate)
     timer.lap("evaluate")
+    # Step 4. Strict: a fold_allow that cannot fold, or a failed evaluation, raises.
     if strict:
         raise_if_not_possible(fold_plan)
-    # Step 7. Rewrite each function the way the stock pass does.
+    # Step 5. Rewrite each function the way the stock pass does (strict: checked well formed).
     new_mod = rewrite_module(analysis.mod, translation, fold_plan, values, frozenset(release))
     timer.lap("rewrite")
     if strict and not relax.analysis.check_well_formed(new_mod):
@@ -171,8 +171,10 @@ def _fold(
             "fold_guard produced a module that is not well formed; please report it"
         )
     modified = not tvm_ffi.structural_equal(new_mod, mod)
+    # Step 6. The precision ledger, when asked for.
     if ledger:
         new_mod = attach_ledger(new_mod, fold_plan, translation.sites)
+    # Step 7. The result and its report.
     return fold_result(
         new_mod,
         fold_plan,

@@ -24,7 +24,15 @@ __all__ = ["attach_ledger", "constant_key", "ledger"]
 
 
 def constant_key(const: Any) -> str:
-    """The content key of a Relay constant (``sha256:<16 hex digits>``), as Relax's."""
+    """The content key of a Relay constant (``sha256:<16 hex digits>``), as Relax's: a ledger
+    row's ``key``.
+
+    >>> import numpy as np
+    >>> from tvm import relay
+    >>> import fold_guard.relay as fgr
+    >>> fgr.constant_key(relay.const(np.ones((4, 4), "int8")))
+    'sha256:bef79c0aacebb5cf'
+    """
     array = const.data.numpy()
     return content_key(str(array.dtype), array.shape, array.tobytes())
 
@@ -60,7 +68,7 @@ def attach_ledger(mod: tvm.IRModule, plan: FoldPlan, sites: Sequence[CallSite]) 
 def ledger(mod: tvm.IRModule) -> List[LedgerRow]:
     """The precision ledger ``fold`` / ``annotate`` (``ledger=True``) wrote into ``mod``.
 
-    One :class:`~fold_guard._core.ledger.LedgerRow` per weight, as
+    One :class:`~fold_guard.LedgerRow` per weight, as
     :func:`fold_guard.relax.ledger`; empty for a module without a ledger.
 
     Examples

@@ -128,7 +128,9 @@ def fold(
     [[2 2]
      [2 2]]
     """
+    # The fold's steps, numbered alike in fold_guard/relax/_pass.py.
     timer = StepTimer()
+    # Step 1. Translate (``_translate``): preconditions, the graph.
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, functions=functions)
     typed, translation = analysis.mod, analysis.translation
     values_by_call: Dict[relay.Call, relay.Expr] = {}
@@ -136,7 +138,8 @@ def fold(
     known_conditions: Dict[relay.If, bool] = {}
     runs = 0
     while True:
-        # Step 2. Plan with the TVM-free core; Step 3. evaluate level by level (a failure re-plans).
+        # Step 2. Plan with the TVM-free core; Step 3. evaluate level by level (a failure
+        # re-plans). Relay only: an If whose condition folded is translated again (below).
         fold_plan, values, more_runs = _plan_and_evaluate(
             translation, analysis.policy, values_by_call, failures_by_call, strict, timer
         )
@@ -153,15 +156,18 @@ def fold(
         known_conditions.update(resolved_now)
         translation = analysis.walk_again(known_conditions)
         timer.lap("walk")
+    # Step 4. Strict: a fold_allow that cannot fold, or a failed evaluation, raises.
     if strict:
         raise_if_not_possible(fold_plan)
-    # Step 4. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
+    # Step 5. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
     new_mod = _rewrite_module(typed, translation, fold_plan, values)
     new_mod = infer_types(new_mod, "fold_guard's output (please report this)", visible=True)
     timer.lap("rewrite")
     modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
+    # Step 6. The precision ledger, when asked for.
     if ledger:
         new_mod = attach_ledger(new_mod, fold_plan, translation.sites)
+    # Step 7. The result and its report.
     return fold_result(
         new_mod,
         fold_plan,

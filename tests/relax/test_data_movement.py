@@ -30,7 +30,8 @@ from tvm import relax
 import fold_guard.relax as fgr
 from fold_guard._core.planner import plan_folds
 from fold_guard._core.report import StepTimer
-from fold_guard.relax._engine import EngineOptions, fast
+from fold_guard.relax import EngineOptions
+from fold_guard.relax._engine import fast
 from fold_guard.relax._engine.movement import moves_data, read_movement
 from fold_guard.relax._engine.opt_level import QUICK_TARGET
 from fold_guard.relax._engine.strategy import Strategy, Way, choose_strategies

@@ -22,7 +22,7 @@ from tvm import relax
 
 import fold_guard
 import fold_guard.relax as fgr
-from fold_guard._core.reasons import Reason
+from fold_guard import Reason
 
 
 def _assert_bits_equal_stock(mod: tvm.IRModule) -> fgr.FoldResult:

@@ -22,7 +22,7 @@ from tvm import relax
 import fold_guard.relax as fgr
 from fold_guard._core.planner import plan_folds
 from fold_guard._core.report import StepTimer
-from fold_guard.relax._engine import EngineOptions
+from fold_guard.relax import EngineOptions
 from fold_guard.relax._engine.opt_level import OPTIMIZED_TARGET, QUICK_BUILD_MAX_BYTES, QUICK_TARGET
 from fold_guard.relax._engine.strategy import choose_strategies
 from fold_guard.relax._translate import analyse

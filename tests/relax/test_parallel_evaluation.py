@@ -24,7 +24,7 @@ from tvm import relax, te
 
 import fold_guard
 import fold_guard.relax as fgr
-from fold_guard._core.reasons import Reason
+from fold_guard import Reason
 from fold_guard.relax._engine import fast, link, run
 from fold_guard.relax._engine.opt_level import OPTIMIZED_TARGET, QUICK_TARGET
 

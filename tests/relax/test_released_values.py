@@ -22,7 +22,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import fold_guard.relax as fgr
-from fold_guard._core.reasons import Reason
+from fold_guard import Reason
 from fold_guard.relax._engine.fast import FastEngine
 
 C = np.linspace(-1, 1, 4, dtype="float32")

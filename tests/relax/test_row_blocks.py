@@ -25,8 +25,8 @@ from support.profiles import examples
 from tvm import relax
 
 import fold_guard.relax as fgr
+from fold_guard import Reason
 from fold_guard._core.graph import FoldNode, InputKind, NodeInput, TensorInfo
-from fold_guard._core.reasons import Reason
 from fold_guard.relax._engine import row_blocks as _row_blocks
 from fold_guard.relax._engine import strategy
 from fold_guard.relax._sites import CallSite, SiteKind

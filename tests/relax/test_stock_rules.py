@@ -193,3 +193,39 @@ def test_no_other_module_decides_a_stock_rule(adapter):
                 if node.value.id == "Reason":
                     assert node.attr not in stock_reasons, f"{where}: Reason.{node.attr}"
     assert callers == [f"{adapter}/_translate/walk.py"]
+
+
+def _module_strings(tree: ast.Module) -> Dict[str, str]:
+    """The module-level names bound to a string (or a parenthesised concatenation of strings)."""
+    found: Dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                try:
+                    value = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+                if isinstance(value, str):
+                    found[target.id] = value
+    return found
+
+
+@pytest.mark.parametrize("adapter", ["relax", "relay"])
+def test_the_stock_rule_texts_are_stated_in_stock_alone(adapter):
+    """Every rule constant (``RULE_*``, ``*_RULE``) of an adapter is defined in its ``_stock.py``,
+    and no other module of the adapter spells a stock rule's text or starts a text with the IR's
+    rule prefix (``relax: ``), so ``_stock``'s "stated here and nowhere else" stays true."""
+    stock = _module_strings(_code_of(PACKAGE / adapter / "_stock.py"))
+    texts = {text for name, text in stock.items() if "RULE" in name}
+    assert texts, "the stock module defines its rule texts"
+    for path in sorted((PACKAGE / adapter).rglob("*.py")):
+        if path.name == "_stock.py":
+            continue
+        where = str(path.relative_to(PACKAGE))
+        names = _module_strings(_code_of(path))
+        assert not [n for n in names if n.startswith("RULE_") or n.endswith("_RULE")], where
+        for node in ast.walk(_code_of(path)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert node.value not in texts, f"{where}: {node.value!r}"
+                assert not node.value.startswith(f"{adapter}: "), f"{where}: {node.value!r}"

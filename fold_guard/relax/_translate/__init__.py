@@ -1,6 +1,7 @@
 """Translation: a Relax module read into the core's graph, behind one door (:func:`analyse`).
 
-Steps 0-3 of the fold; what comes out (:class:`Analysis`) is all the stages after it read:
+Step 1 of the fold (``_pass``), in four parts; what comes out (:class:`Analysis`) is all the
+stages after it read:
 
 0. preconditions (:func:`check_relax_module`: an IRModule of Relax functions; under ``strict`` a
    well-formed one) and the policy resolved;
@@ -84,12 +85,12 @@ def analyse(
     *,
     strict: bool = False,
 ) -> Analysis:
-    """Read ``mod`` for folding under ``policy_spec`` (steps 0-3 above); ``mod`` is not changed.
+    """Read ``mod`` for folding under ``policy_spec`` (parts 0-3 above); ``mod`` is not changed.
 
     ``timer`` gets a lap per step (``walk``, ``legalize``).
     """
     timer = timer or StepTimer()
-    # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
+    # Part 0. Preconditions, before any work: the module's kind (the TVM release was checked when
     # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
     check_relax_module(mod)
     policy = resolve_policy(policy_spec)
@@ -100,12 +101,12 @@ def analyse(
             "relax.analysis.well_formed, so it needs a well-formed input); "
             "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
         )
-    # Step 1. Normalize what the stock pass normalizes in passing, then describe every call
+    # Part 1. Normalize what the stock pass normalizes in passing, then describe every call
     # binding of every Relax function.
     mod = hoist_match_cast_values(mod)
     walk = walk_relax(mod)
     timer.lap("walk")
-    # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
+    # Part 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
     # The calls not reachable from constants are probed first: a kernel that reads only an
     # operand's static type makes a call on a run-time value a candidate too (``reads``).
     candidates = walk.candidates()
@@ -114,7 +115,7 @@ def analyse(
         mod, walk.sites, walk.candidates(unread) if unread else candidates
     )
     timer.lap("legalize")
-    # Step 3. Build the graph's nodes, each once, with what legalization found.
+    # Part 3. Build the graph's nodes, each once, with what legalization found.
     translation = walk.translate(legalized.facts)
     graph = FoldGraph(translation.nodes)
     analysis = Analysis(
