@@ -13,6 +13,9 @@ apache-tvm's ``tvm`` in one process aborts the interpreter (rc 134, "Global Func
 The fast tests below check the messages and the import guard in this environment (no tirx
 here). The slow one installs ``apache-tvm-tirx==0.1.0a4`` beside ``apache-tvm==0.27.0.post1`` in
 a venv of its own (about 40 s from pip's cache) and runs each line above in a fresh interpreter.
+
+White-box on purpose: it tests the guard against a second TVM core (``_tvm.cores``), a private
+mechanism.
 """
 
 from __future__ import annotations

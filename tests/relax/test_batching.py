@@ -2,6 +2,9 @@
 
 Counts, not timings: the number of kernels compiled is a property of the design (one per op
 signature), and the output must still equal the stock pass's, constant for constant.
+
+White-box on purpose: it tests translation's batched legalization (``_translate.legalize``), a
+private mechanism.
 """
 
 from __future__ import annotations

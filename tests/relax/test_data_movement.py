@@ -11,6 +11,9 @@ left undefined by LLVM's IR), so it is built at -O0; a *fill* (every element one
 ``broadcast_to`` of a one-element constant, a transpose of that, ``zeros``) is written without
 a kernel at all, and not even written where only other fills read it. Each op is checked against
 stock's bytes with the kernel (host copies and fills off) and with every mechanism on.
+
+White-box on purpose: it tests the fast engine's data-movement reading (``_engine.movement``,
+``strategy``), a private mechanism.
 """
 
 from __future__ import annotations

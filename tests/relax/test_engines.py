@@ -8,6 +8,9 @@ mechanisms (shared kernels, ``-O0`` builds with guards, NumPy copies, row blocks
 kernel cache), compared here by ``tvm_ffi.structural_equal``, which compares constants' bytes
 (NaN payloads included). Then a fault is injected into each fast mechanism in turn: the output
 must still equal stock's, with the fallback counted in the report (RFC.md, guarantee 2).
+
+White-box on purpose: it tests the engines' mechanisms, each switched off or given a fault
+(``_engine``, ``_config``), a private mechanism.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ A warm fold (every kernel cached) spends its time reading TVM objects: the per-f
 facts, identity keys for Relax variables and call attributes read on first use must not change
 what a fold reads or leaves behind (RFC.md, guarantees 1 and 4; the corpus checks the folded
 output itself); and a fold leaves the process's garbage collector alone.
+
+White-box on purpose: it tests translation's bookkeeping (``_translate``, ``_compat``), a private
+mechanism.
 """
 
 from __future__ import annotations

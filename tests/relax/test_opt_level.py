@@ -5,6 +5,9 @@ LLVM nothing undefined (``fold_guard/relax/_engine/opt_level.py``); everything e
 as stock builds it. Each rule is checked both ways, and random values at the edges (infinities,
 NaN, zero and huge scales, the integer limits) must fold to stock's bits whichever level the
 kernel got.
+
+White-box on purpose: it tests the fast engine's choice of optimization level
+(``_engine.opt_level``, ``_engine.strategy``), a private mechanism.
 """
 
 from __future__ import annotations

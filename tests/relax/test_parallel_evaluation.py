@@ -6,6 +6,9 @@
 
 Also the kernel build split over threads (``_engine/link.py``): every symbol of a library built
 in parts computes what the kernel built alone computes.
+
+White-box on purpose: it tests the fast engine's thread pool (``_engine.fast``, ``link``, ``run``),
+a private mechanism.
 """
 
 from __future__ import annotations

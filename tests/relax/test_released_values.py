@@ -7,6 +7,9 @@
 
 The values dropped are the intermediate constants of a chain (a model's int8 weights between
 quantize and dequantize), so they need not all stay alive until the rewrite.
+
+White-box on purpose: it tests the fast engine's early release of values (``_engine.fast``), a
+private mechanism.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ guarantees 1 and 2).
 and the cases that run whole: a kernel with a static or shared leading dim, a scale along the
 rows whose length is not the row count, a type NumPy cannot view, too few rows for two blocks
 that start on 64-byte boundaries.
+
+White-box on purpose: it tests the fast engine's row blocks (``_engine.row_blocks``, ``strategy``),
+a private mechanism.
 """
 
 from __future__ import annotations

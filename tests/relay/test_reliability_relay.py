@@ -1,6 +1,9 @@
 """Reliability defects of the Relay adapter found by a hostile-input review.
 
 Each test failed on the code before its fix; the docstring says what broke.
+
+White-box on purpose: it tests the Relay engine's evaluation (``_engine.evaluate``), a fault
+injected into it, a private mechanism.
 """
 
 from __future__ import annotations

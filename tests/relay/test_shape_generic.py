@@ -6,6 +6,9 @@ prepared function. Each elementwise op is checked here against stock ``FoldConst
 bit (structural equality compares constant bytes) on several shapes at once, with data that
 reaches the corners of its arithmetic: NaN, infinities, signed zeros, subnormals, halfway cases
 of rounding and values out of a cast's range.
+
+White-box on purpose: it tests the Relay engine's kernel sharing (``_engine.evaluate``,
+``_engine.kernels``), a private mechanism.
 """
 
 from __future__ import annotations
