@@ -60,7 +60,9 @@ def attach_ledger(
     layers: Optional[Mapping[Tuple[str, str], str]] = None,
 ) -> tvm.IRModule:
     """``mod`` with the plan's rows added to its ledger attribute (rows already there stay)."""
-    return write_ledger(mod, ledger_rows(plan, _weight_key(sites), layers))
+    weight_key = _weight_key(sites)
+    rows = ledger_rows(plan, weight_key, layers)
+    return write_ledger(mod, rows)
 
 
 def ledger(mod: tvm.IRModule) -> List[LedgerRow]:

@@ -143,8 +143,7 @@ def _fold(
     timer.lap("plan")
     # Step 3. Evaluate: every kernel the plan needs built once, then the calls in topological
     # order; a failure re-plans (its consumers no longer fold). The values that may be dropped
-    # early are decided once per plan, and the rewrite gets the same decision; what translation
-    # must judge on evaluated values (``Analysis.stock_failures``) fails a call as stock would.
+    # early are decided once per plan, and the rewrite gets the same decision.
     engine = make_engine(options, analysis.mod, analysis.graph, translation.sites, analysis.kernels)
     engine.prepare(fold_plan)
     timer.lap("compile")
@@ -153,7 +152,7 @@ def _fold(
 
     def evaluate(p: FoldPlan) -> Dict[int, str]:
         release.clear()
-        release.update(releasable(p, analysis.kept_values()))
+        release.update(releasable(p, analysis.kept))
         failures = engine.evaluate(p, values, strict=strict, release=release)
         failures.update(analysis.stock_failures(p, values))
         return failures

@@ -62,7 +62,9 @@ def _weight_key(sites: Sequence[CallSite]) -> Callable[[int, int], Optional[str]
 
 def attach_ledger(mod: tvm.IRModule, plan: FoldPlan, sites: Sequence[CallSite]) -> tvm.IRModule:
     """``mod`` with the plan's rows added to its ledger attribute (rows already there stay)."""
-    return write_ledger(mod, ledger_rows(plan, _weight_key(sites)))
+    weight_key = _weight_key(sites)
+    rows = ledger_rows(plan, weight_key)
+    return write_ledger(mod, rows)
 
 
 def ledger(mod: tvm.IRModule) -> List[LedgerRow]:

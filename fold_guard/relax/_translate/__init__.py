@@ -60,14 +60,12 @@ class Analysis:
     graph: FoldGraph
     policy: FoldPolicy
     kernels: Mapping[int, KernelSpec]
+    #: the nodes whose values must outlive their consumers: what the rewrite may read whatever
+    #: they do (``Translation.escaping``), and the scalars a stock decision is judged on once
+    #: they are evaluated (:meth:`stock_failures`; 0-d: no memory)
+    kept: FrozenSet[int] = frozenset()
     #: calls whose stock decision waits for the value of a scalar folded in the same pass
     pending_scalars: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
-
-    def kept_values(self) -> FrozenSet[int]:
-        """The nodes whose values must outlive their consumers: what the rewrite may read whatever
-        they do (``Translation.escaping``), and the scalars a stock decision is judged on once
-        they are evaluated (:meth:`stock_failures`; 0-d: no memory)."""
-        return self.translation.escaping | scalar_sources(self.graph, self.pending_scalars)
 
     def stock_failures(
         self, plan: FoldPlan, values: Mapping[int, Sequence[object]]
@@ -110,7 +108,8 @@ def analyse(
     # The calls not reachable from constants are probed first: a kernel that reads only an
     # operand's static type makes a call on a run-time value a candidate too (``reads``).
     candidates = walk.candidates()
-    unread = probe_unread(probe_sites(walk, candidates))
+    probes = probe_sites(walk, candidates)
+    unread = probe_unread(probes)
     legalized = legalize_candidates(
         mod, walk.sites, walk.candidates(unread) if unread else candidates
     )
@@ -118,8 +117,9 @@ def analyse(
     # Part 3. Build the graph's nodes, each once, with what legalization found.
     translation = walk.translate(legalized.facts)
     graph = FoldGraph(translation.nodes)
+    kept = translation.escaping | scalar_sources(graph, legalized.pending_scalars)
     analysis = Analysis(
-        mod, translation, graph, policy, legalized.kernels, legalized.pending_scalars
+        mod, translation, graph, policy, legalized.kernels, kept, legalized.pending_scalars
     )
     # A backend table's rules are settled on this module (fold_guard._core.offload).
     return dataclasses.replace(analysis, policy=bind_tables(policy, analysis))
