@@ -94,7 +94,7 @@ def _slowest_compile(mod: Any, cache: str) -> Tuple[int, float]:
     from fold_guard._core.report import StepTimer
     from fold_guard.relax._config import resolve_options
     from fold_guard.relax._engine.strategy import Way, choose_strategies
-    from fold_guard.relax._pass import analyse
+    from fold_guard.relax._translate import analyse
 
     analysis = analyse(mod, "default", StepTimer())
     plan = plan_folds(analysis.graph, analysis.policy)

@@ -15,7 +15,7 @@ policy="default")`` with an empty kernel cache directory) and ``warm`` (the same
 directory the first cold run filled); with ``--uncached`` also ``uncached`` (``kernel_cache=False``,
 no cache at all). ``--compare-with DIR`` adds ``cold`` and ``warm`` runs of the fold_guard checkout
 in DIR (put first on ``PYTHONPATH``), and ``--variant NAME:KEY=VALUE,...`` runs of this checkout
-with engine options changed (``fold_guard.relax._engine.EngineOptions``: one speed mechanism
+with engine options changed (``fold_guard.relax.EngineOptions``: one speed mechanism
 switched off, say); each repeat runs every implementation once, in turn, so the variants
 interleave (A/B/A/B). The parent checks that every fold_guard output is structurally equal to
 stock's (``tvm_ffi.structural_equal``, which compares constant data too) and exits non-zero

@@ -36,7 +36,7 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard.relax._offload import ADAPTER
-from fold_guard.relax._offload_table import resolve_table
+from fold_guard.relax._offload.table import resolve_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import real_models

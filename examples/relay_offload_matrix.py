@@ -38,7 +38,7 @@ from tvm.relay.op.contrib import arm_compute_lib
 
 import fold_guard.relay as fgr
 from fold_guard.relay._offload import ADAPTER
-from fold_guard.relay._offload_table import resolve_table
+from fold_guard.relay._offload.table import resolve_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import real_models

@@ -35,6 +35,7 @@ from ._core import (
     FoldPlan,
     FoldPolicy,
     FoldReport,
+    LedgerRow,
     OffloadReason,
     OffloadReport,
     OffloadRow,
@@ -55,8 +56,8 @@ from ._core import (
     size_guard,
     unregister_policy,
 )
-from ._tvm_cores import guard_tirx_import as _guard_tirx_import
-from ._tvm_cores import warn_about_conflict as _warn_about_conflict
+from ._tvm.cores import guard_tirx_import as _guard_tirx_import
+from ._tvm.cores import warn_about_conflict as _warn_about_conflict
 from ._version import __version__
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "FoldPlan",
     "FoldPolicy",
     "FoldReport",
+    "LedgerRow",
     "OffloadReason",
     "OffloadReport",
     "OffloadRow",
@@ -108,7 +110,7 @@ def _register_available_adapters() -> None:
 
 # Before anything imports tvm: apache-tvm-tirx imported or installed beside it is one warning
 # line (importing both cores aborts the process), and importing tvm_tirx after fold_guard loaded
-# tvm is an ImportError saying so (fold_guard._tvm_cores).
+# tvm is an ImportError saying so (fold_guard._tvm.cores).
 _guard_tirx_import()
 _warn_about_conflict()
 

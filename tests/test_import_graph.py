@@ -1,11 +1,16 @@
-"""fold_guard's import graph has no cycle, and the Relax adapter's seams hold (read from the source).
+"""fold_guard's import graph has no cycle, and each adapter's stages keep their seams (read from the source).
 
-    relax/_walk, _legalize, _rewrite, ... --> relax/_sites <-- relax/_engine/*
-                       (translation)          (the leaf)        (evaluation)
+    relax/_pass ---> _translate/ ---> _sites <--- _engine/ <--- _pass
+    (the coordinator)  (translation)   (the leaf)   (evaluation)
+                                          ^
+                                      _rewrite <--- _pass
 
 - no cycle among fold_guard's modules (a module that imports itself through others);
 - no adapter module imports the package root (``fold_guard/__init__.py`` imports the adapters);
-- translation never imports the engine: only the driver (``_pass``) and ``_config`` do;
+- translation is behind one door: outside ``relax/_translate`` (and ``relay/_translate``) nothing
+  imports a module inside it, only the package itself (``analyse``);
+- only the coordinator (``_pass``) and ``_config`` import the engine;
+- ``annotate`` reads a module through translation, not through the fold's coordinator;
 - nothing under ``relax/_engine`` reads the environment (``_config`` resolves every setting);
 - the reference engine shares no helper with the fast engine (the fast one hands it a call to
   rerun, nothing more), so that comparing the two can catch a bug in either;
@@ -25,25 +30,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fold_guard"
 MAX_LINES = 450
-#: The Relax adapter's translation side: it never imports the engine.
-TRANSLATION = {
-    "_walk",
-    "_leaves",
-    "_read",
-    "_legalize",
-    "_shape_generic",
-    "_rewrite",
-    "_stock",
-    "_ops",
-    "_sites",
-    "_compat",
-    "_annotate",
-    "_requests",
-    "_pending",
-    "_reads",
-    "_normalize",
-    "_apply",
-}
+#: The modules that may import the Relax engine: the coordinator, and the options it resolves.
+ENGINE_USERS = {"fold_guard.relax._pass", "fold_guard.relax._config"}
 
 
 def _module_name(path: Path) -> str:
@@ -109,7 +97,7 @@ def _cycle() -> List[str]:
 
 def test_the_graph_is_read():
     """Guard against a vacuous graph: known arrows are there."""
-    assert "fold_guard.relax._sites" in GRAPH["fold_guard.relax._walk"]
+    assert "fold_guard.relax._sites" in GRAPH["fold_guard.relax._translate.walk"]
     assert "fold_guard.relax._engine" in GRAPH["fold_guard.relax._pass"]
     assert "fold_guard.relax" in GRAPH["fold_guard"]
 
@@ -128,15 +116,50 @@ def test_no_adapter_imports_the_package_root(adapter):
     assert offenders == []
 
 
-def test_translation_never_imports_the_engine():
+def test_only_the_coordinator_imports_the_engine():
     offenders: List[Tuple[str, str]] = [
         (name, target)
         for name, targets in GRAPH.items()
-        if name.rpartition(".")[2] in TRANSLATION and name.startswith("fold_guard.relax.")
+        if name.startswith("fold_guard.relax.") and not name.startswith("fold_guard.relax._engine")
         for target in targets
-        if target.startswith("fold_guard.relax._engine")
+        if target.startswith("fold_guard.relax._engine") and name not in ENGINE_USERS
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize("adapter", ["fold_guard.relax", "fold_guard.relay"])
+def test_translation_is_behind_one_door(adapter):
+    """Only ``_translate`` itself (its ``analyse``) is imported from outside the folder."""
+    door = f"{adapter}._translate"
+    assert any(name.startswith(door + ".") for name in GRAPH), "the folder is read"
+    offenders = [
+        (name, target)
+        for name, targets in GRAPH.items()
+        if name != door and not name.startswith(door + ".")
+        for target in targets
+        if target.startswith(door + ".")
+    ]
+    assert offenders == []
+    # and translation never reaches the stages after it
+    later = [f"{adapter}._pass", f"{adapter}._engine", f"{adapter}._rewrite"]
+    reached = [
+        (name, target)
+        for name, targets in GRAPH.items()
+        if name == door or name.startswith(door + ".")
+        for target in targets
+        if any(target == stage or target.startswith(stage + ".") for stage in later)
+    ]
+    assert reached == []
+
+
+@pytest.mark.parametrize("adapter", ["fold_guard.relax", "fold_guard.relay"])
+def test_annotate_reads_a_module_through_translation(adapter):
+    assert f"{adapter}._translate" in GRAPH[f"{adapter}._annotate"]
+
+
+def test_relax_annotate_does_not_import_the_coordinator():
+    """(Relay's ``annotate`` folds first, with ``fold``: RFC.md, Appendix A.)"""
+    assert "fold_guard.relax._pass" not in GRAPH["fold_guard.relax._annotate"]
 
 
 def test_the_engine_reads_no_environment():

@@ -2,7 +2,7 @@
 
 apache/tvm's main branch moved TVM's core into apache-tvm-tirx (``tvm_tirx``). Importing it and
 apache-tvm's ``tvm`` in one process aborts the interpreter (rc 134, "Global Function
-`device_api.cpu` is already registered"). fold_guard (``fold_guard/_tvm_cores.py``):
+`device_api.cpu` is already registered"). fold_guard (``fold_guard/_tvm/cores.py``):
 
     import tvm_tirx; import fold_guard          ==> one warning line, tvm never imported, rc 0
     import tvm_tirx; import fold_guard.relax    ==> UnsupportedIRError: that line, rc 1
@@ -13,6 +13,9 @@ apache-tvm's ``tvm`` in one process aborts the interpreter (rc 134, "Global Func
 The fast tests below check the messages and the import guard in this environment (no tirx
 here). The slow one installs ``apache-tvm-tirx==0.1.0a4`` beside ``apache-tvm==0.27.0.post1`` in
 a venv of its own (about 40 s from pip's cache) and runs each line above in a fresh interpreter.
+
+White-box on purpose: it tests the guard against a second TVM core (``_tvm.cores``), a private
+mechanism.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import pytest
 from support.checkout import copy_checkout
 
 import fold_guard
-from fold_guard import _tvm_cores
+from fold_guard._tvm import cores as _tvm_cores
 
 TIRX = "0.1.0a4"
 TVM = "0.27.0.post1"

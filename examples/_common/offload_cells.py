@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from fold_guard import list_policies
-from fold_guard._offload import OffloadAdapter, OffloadSession
+from fold_guard._tvm.offload import OffloadAdapter, OffloadSession
 
 __all__ = ["FLOWS", "Cell", "format_cells", "measure"]
 

@@ -29,6 +29,7 @@ from .errors import (
     UnsupportedIRError,
 )
 from .graph import Annotation, FoldGraph, FoldNode, InputKind, NodeInput, TensorInfo, dtype_nbytes
+from .ledger import LedgerRow
 from .offload_report import OffloadReason, OffloadReport, OffloadRow
 from .planner import ALLOW_RULE, BARRIER_RULE, DEFAULT_RULE, FoldDecision, FoldPlan, plan_folds
 from .policy import CallView, FoldPolicy, Rule, compose, memory_budget
@@ -72,6 +73,7 @@ __all__ = [
     "FoldPolicy",
     "FoldReport",
     "InputKind",
+    "LedgerRow",
     "NodeInput",
     "OffloadReason",
     "OffloadReport",

@@ -68,7 +68,16 @@ def content_key(dtype: str, shape: Sequence[int], data: bytes) -> str:
 
 @dataclass(frozen=True)
 class LedgerRow:
-    """What was decided for one weight. Shapes use -1 for a dimension not known statically."""
+    """What was decided for one weight: a row of the precision ledger (``ledger(mod)``).
+
+    ``key`` is the weight's content key (``constant_key`` of each adapter). Shapes use -1 for a
+    dimension not known statically.
+
+    >>> from fold_guard import LedgerRow
+    >>> row = LedgerRow.from_dict("sha256:0", {"action": "kept", "dtype_before": "int8"})
+    >>> row.key, row.action, row.dtype_before
+    ('sha256:0', 'kept', 'int8')
+    """
 
     key: str
     function: str

@@ -1,6 +1,6 @@
 """The registry of named policies, and turning a policy spec (a name, a policy, a list) into one.
 
-The registry is the one piece of module-global state that changes an answer (``_serial`` lists
+The registry is the one piece of module-global state that changes an answer (``_tvm.serial`` lists
 the rest, caches that never do): backends register their policy once, and any API that takes a
 policy then accepts its name. It starts out holding the built-ins.
 """

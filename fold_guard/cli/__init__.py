@@ -2,8 +2,8 @@
 
 One module per job: :mod:`._parser` (arguments; standard library only, so the console script's
 launcher ``_fold_guard_cli`` answers ``--help`` without importing TVM), :mod:`._load` (model
-files), :mod:`._layers` (which frontend node each call comes from), :mod:`._commands` (what each
-subcommand does with the library), :mod:`._output` (all-or-nothing writes), :mod:`._check`
+files, with the frontend node each call comes from: ``fold_guard.relax.frontends._layers``),
+:mod:`._commands` (what each subcommand does with the library), :mod:`._output` (all-or-nothing writes), :mod:`._check`
 (``fold --check``), :mod:`._categories` (how decisions are grouped), :mod:`._draw` (the
 picture), :mod:`._offload` (``offload`` and ``draw --backend``), :mod:`._progress` (the progress
 bar). ``report.schema.json`` beside them is the JSON Schema of ``inspect --json``,

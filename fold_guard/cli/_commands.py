@@ -139,7 +139,7 @@ def _fold(model: LoadedModel, spec: PolicySpec, progress: Progress, ledger: bool
 
 def _with_layers(model: LoadedModel, mod: Any) -> Any:
     """``mod`` with its ledger rows' source layers named from the model file (ONNX nodes)."""
-    from .._ledger_attr import name_module_layers
+    from .._tvm.ledger_attr import name_module_layers
 
     return name_module_layers(mod, model.layers)
 

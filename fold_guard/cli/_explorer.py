@@ -1,12 +1,12 @@
 """Where each call of an imported model sits in Model Explorer's graph of the model file.
 
 The ids themselves are :mod:`._node_data`'s (TVM-free); this module connects them to the Relax
-module an import produced, the way :mod:`._layers` names layers: by the identity of what the
-importer built for each node.
+module an import produced, the way :mod:`fold_guard.relax.frontends._layers` names layers: by
+the identity of what the importer built for each node.
 
-- ONNX: the conversions :func:`._layers.record_onnx_conversions` noted; an initializer is the very
-  constant (or, with weights as parameters, the variable) the importer made for it and handed to
-  its readers' converters.
+- ONNX: the conversions ``record_onnx_conversions`` (:mod:`fold_guard.relax.frontends._layers`)
+  noted; an initializer is the very constant (or, with weights as parameters, the variable) the
+  importer made for it and handed to its readers' converters.
 - TFLite: :func:`tflite_converter` is fold_guard's TFLite ``op_converter`` noting, per operator
   index, the expression its converter returned (normalized as TVM's own loop does next, which
   leaves that object as the binding's value) and the constants made from the operator's
@@ -20,10 +20,12 @@ decides anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ._layers import Conversions, attribute_bindings
 from ._node_data import ExplorerGraph, match_conversions, onnx_explorer_ids, tflite_explorer_ids
+
+if TYPE_CHECKING:
+    from ..relax.frontends._layers import Conversions
 
 __all__ = [
     "TFLiteRecording",
@@ -36,6 +38,8 @@ __all__ = [
 
 def onnx_explorer_graph(model: Any, mod: Any, recorded: Conversions) -> ExplorerGraph:
     """Model Explorer's graph id, the node of each of ``main``'s calls and the initializers each reads."""
+    from ..relax.frontends._layers import attribute_bindings
+
     names = [node.name for node in model.graph.node]
     graph_id, ids = onnx_explorer_ids(model.graph.name, names)
     matched = match_conversions(
@@ -128,6 +132,8 @@ def tflite_explorer_graph(model: Any, mod: Any, recording: TFLiteRecording) -> E
     graph_inputs = list(subgraph.InputsAsNumpy()) if subgraph.InputsLength() else []
     graph_outputs = list(subgraph.OutputsAsNumpy()) if subgraph.OutputsLength() else []
     const_ids = tflite_explorer_ids(count, inputs, outputs, graph_inputs, graph_outputs)
+    from ..relax.frontends._layers import attribute_bindings
+
     _, calls = attribute_bindings(mod, [(str(index), expr) for index, expr in recording.results])
     made: Dict[Any, List[str]] = {}
     for index, name, const in recording.constants:
@@ -139,6 +145,8 @@ def tflite_explorer_graph(model: Any, mod: Any, recording: TFLiteRecording) -> E
 
 def tflite_layers(model: Any, mod: Any, recording: TFLiteRecording) -> Tuple[Any, Any]:
     """``(layers, sources)`` of ``main``'s calls, each operator named by its first output tensor."""
+    from ..relax.frontends._layers import attribute_bindings
+
     subgraph = model.Subgraphs(0)
     named = []
     for index, expr in recording.results:

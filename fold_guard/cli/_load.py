@@ -33,7 +33,6 @@ from ._explorer import (
     tflite_explorer_graph,
     tflite_layers,
 )
-from ._layers import attribute_bindings, record_onnx_conversions
 from ._node_data import ExplorerGraph
 from ._parser import IR_CHOICES, MODEL_SUFFIXES
 
@@ -51,7 +50,7 @@ class LoadedModel:
     """A model file read into ``mod`` of IR ``ir``.
 
     ``layers`` maps ``(function, label)`` to the layer a call belongs to, ``sources`` to the
-    frontend node that produced it (:mod:`._layers`); both are empty where the format has no
+    frontend node that produced it (:mod:`fold_guard.relax.frontends._layers`); both are empty where the format has no
     node names (TVM JSON, TVMScript).
     """
 
@@ -186,11 +185,10 @@ def _relay_layer_names(mod: Any) -> Mapping[Tuple[str, str], str]:
     ``fold`` does, so they match the report's. A span's name is ``<output>@@<node>`` or the
     node's name alone.
     """
-    from .._core.report import StepTimer
-    from ..relay._pass import analyse
+    from ..relay._translate import analyse
 
     layers: Dict[Tuple[str, str], str] = {}
-    translation = analyse(mod, "default", None, StepTimer()).translation
+    translation = analyse(mod, "default").translation
     for node, site in zip(translation.nodes, translation.sites):
         span = site.call.span
         name = getattr(getattr(span, "source_name", None), "name", "") if span is not None else ""
@@ -292,6 +290,8 @@ def _convert_onnx(model: Any, ir: str, weights_as_params: bool = False) -> Tuple
         return _import_onnx_relay(model), {}, {}, None
     from tvm.relax.frontend import detach_params
     from tvm.relax.frontend.onnx import from_onnx
+
+    from ..relax.frontends._layers import attribute_bindings, record_onnx_conversions
 
     with record_onnx_conversions() as recorded:
         mod = from_onnx(model, keep_params_in_input=weights_as_params)

@@ -13,7 +13,7 @@ Node ids are those of the adapter that shows the model (:class:`ExplorerGraph`):
   gets ``_1``, ``_2``, ...; an unnamed node is named ``node``, ``node_1``, ... in graph order;
   the adapter's own ``<node_{i}>`` fallback never applies: the pass runs first); an initializer
   is ``[value] <name>``. :func:`onnx_explorer_ids` reproduces that; :func:`match_conversions`
-  pairs Relax's per-node conversions (:mod:`._layers`) with the nodes, in order.
+  pairs Relax's per-node conversions (:mod:`fold_guard.relax.frontends._layers`) with the nodes, in order.
 - TFLite, Model Explorer's built-in flatbuffer adapter (C++, ``ai-edge-model-explorer-adapter``
   0.2.1): the graph id is the subgraph's name, else its signature key, else ``main``; operator
   ``i`` is ``"i"``; then ``GraphInputs`` and one ``pseudo_const`` node per constant tensor, in

@@ -108,10 +108,10 @@ def backend_report(model: LoadedModel, table: Any) -> OffloadReport:
 
 
 def _session(model: LoadedModel, table: Any) -> Tuple[Any, Any]:
-    from .._offload import OffloadSession
+    from .._tvm.offload import OffloadSession
 
     offload = importlib.import_module(f"fold_guard.{model.ir}._offload")
-    read = importlib.import_module(f"fold_guard.{model.ir}._offload_table").resolve_table(table)
+    read = importlib.import_module(f"fold_guard.{model.ir}._offload.table").resolve_table(table)
     return OffloadSession(offload.ADAPTER, model.mod, read), offload.backend_policy(table)
 
 

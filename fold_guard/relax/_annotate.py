@@ -13,13 +13,12 @@ from .._core.builtin_policies import DEFAULT_POLICY
 from .._core.graph import Annotation
 from .._core.planner import plan_folds
 from .._core.registry import PolicySpec
-from .._core.report import StepTimer
-from .._serial import serialized
+from .._tvm.serial import serialized
 from . import _compat
 from ._ledger import attach_ledger
 from ._ops import fold_allow, fold_barrier
-from ._pass import analyse
 from ._sites import CallSite
+from ._translate import analyse
 
 __all__ = ["annotate"]
 
@@ -78,7 +77,7 @@ def annotate(
     >>> [b.value.op.name for b in folded["main"].body.blocks[0].bindings]
     ['relax.fold_barrier', 'relax.dequantize', 'relax.matmul']
     """
-    analysis = analyse(mod, policy, StepTimer())
+    analysis = analyse(mod, policy)
     translation, graph, resolved = analysis.translation, analysis.graph, analysis.policy
     policy_plan = plan_folds(graph, resolved)
     placed = placements(policy_plan, plan_folds(graph, DEFAULT_POLICY))

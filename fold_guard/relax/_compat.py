@@ -4,7 +4,7 @@ Relax changed names between releases (``relax.Constant`` became ``tvm.ir.Generic
 ``struct_info`` became ``ty``, ``name_hint`` became ``name``). The adapter reads those names
 through the accessors below, and builds the IR it writes (calls, constants, source positions)
 through the constructors below, so they are the first thing to change for another release; the
-stock pass's rules (``_stock``), the legalization and build calls (``_legalize``, ``_engine``)
+stock pass's rules (``_stock``), the legalization and build calls (``_translate``, ``_engine``)
 and the ops' registration (``_ops``) need a look too.
 
 **The next release (0.28), as apache/tvm's main branch has it.** Read on main after the 0.27
@@ -58,7 +58,7 @@ from typing import (
 import tvm
 
 from .._core.errors import UnsupportedIRError
-from .._versions import major_minor
+from .._tvm.versions import major_minor
 
 __all__ = [
     "ERROR_NAMESPACE",
@@ -84,6 +84,7 @@ __all__ = [
     "make_constant",
     "make_generic_const",
     "position_of",
+    "read_attrs",
     "rebuild_call",
     "register_errors_with_ffi",
     "remembered",
@@ -392,3 +393,30 @@ def building_function() -> Optional[BuildingFunction]:
             name = str(frame.name) if frame.name is not None else ""
             return BuildingFunction(name, tuple(frame.params), attrs, names)
     return None
+
+
+def read_attrs(attrs: Any) -> Dict[str, object]:
+    """An attrs object's fields as plain Python values (``tvm.tirx`` immediates as numbers, arrays as
+    tuples, anything else as its text); fields that do not read are left out."""
+    result: Dict[str, object] = {}
+    for key in dir(attrs):
+        if key.startswith("_"):
+            continue
+        try:
+            value = getattr(attrs, key)
+        except Exception:  # noqa: BLE001 - reflection of arbitrary attrs; skip what does not read
+            continue
+        if callable(value):
+            continue
+        result[key] = _plain(value)
+    return result
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return value.value
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "Array":
+        return tuple(_plain(v) for v in value)  # type: ignore[attr-defined]
+    return str(value)

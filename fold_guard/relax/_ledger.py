@@ -3,7 +3,7 @@
 The rows come from the TVM-free core (:mod:`fold_guard._core.ledger`); this module only keys them
 (a constant by :func:`~fold_guard._core.ledger.content_key` of its dtype, shape and bytes, a
 weight parameter by its name: a variable's name is not a key, passes rename them). The attribute
-(:mod:`fold_guard._ledger_attr`) survives ``tvm.ir.save_json`` / ``load_json`` and TVM's
+(:mod:`fold_guard._tvm.ledger_attr`) survives ``tvm.ir.save_json`` / ``load_json`` and TVM's
 pipelines (``relax.get_pipeline("zero")`` / ``"default"``, ``LiftTransformParams``).
 """
 
@@ -16,7 +16,7 @@ from tvm import relax
 
 from .._core.ledger import LedgerRow, content_key, ledger_rows
 from .._core.planner import FoldPlan
-from .._ledger_attr import read_ledger, write_ledger
+from .._tvm.ledger_attr import read_ledger, write_ledger
 from . import _compat
 from ._sites import CallSite
 
@@ -24,7 +24,14 @@ __all__ = ["attach_ledger", "constant_key", "ledger"]
 
 
 def constant_key(const: Any) -> str:
-    """The content key of a Relax constant (``sha256:<16 hex digits>``)."""
+    """The content key of a Relax constant (``sha256:<16 hex digits>``): a ledger row's ``key``.
+
+    >>> import numpy as np
+    >>> from tvm import relax
+    >>> import fold_guard.relax as fgr
+    >>> fgr.constant_key(relax.const(np.ones((4, 4), "int8")))
+    'sha256:bef79c0aacebb5cf'
+    """
     array = _compat.constant_array(const).numpy()
     return content_key(str(array.dtype), array.shape, array.tobytes())
 
@@ -53,13 +60,15 @@ def attach_ledger(
     layers: Optional[Mapping[Tuple[str, str], str]] = None,
 ) -> tvm.IRModule:
     """``mod`` with the plan's rows added to its ledger attribute (rows already there stay)."""
-    return write_ledger(mod, ledger_rows(plan, _weight_key(sites), layers))
+    weight_key = _weight_key(sites)
+    rows = ledger_rows(plan, weight_key, layers)
+    return write_ledger(mod, rows)
 
 
 def ledger(mod: tvm.IRModule) -> List[LedgerRow]:
     """The precision ledger ``fold`` / ``annotate`` (``ledger=True``) wrote into ``mod``.
 
-    One :class:`~fold_guard._core.ledger.LedgerRow` per weight: its content key, source layer,
+    One :class:`~fold_guard.LedgerRow` per weight: its content key, source layer,
     dtype, shape and bytes before and after, the action (``folded`` / ``kept`` / ``lifted``) and
     the rule that decided. Empty for a module without a ledger.
 

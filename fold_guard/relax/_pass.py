@@ -1,109 +1,38 @@
 """The fold_guard FoldConstant pass for Relax: translate, plan, evaluate, rewrite.
 
-The driver of the adapter and its public entry points. Translation (``_walk``, ``_legalize``)
-gives the graph and the kernels; the core plans; an engine (``_engine``, chosen by the options
+The coordinator of the adapter and its public entry points. Translation (``_translate``) gives
+the graph and the kernels; the core plans; an engine (``_engine``, chosen by the options
 ``_config`` resolves) evaluates; ``_rewrite`` applies the plan the way the stock pass does.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from .._adapter import fold_constant_pass
 from .._core.driver import evaluate_until_stable, releasable
 from .._core.errors import PlanInvariantError, PreconditionError
-from .._core.graph import FoldGraph
-from .._core.offload import bind_tables
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
-from .._core.policy import FoldPolicy
-from .._core.registry import PolicySpec, resolve_policy, with_budget
+from .._core.registry import PolicySpec, with_budget
 from .._core.report import FoldResult, StepTimer, fold_result
-from .._pass_context import isolated_pass_context
-from .._serial import serialized
+from .._tvm.adapter import fold_constant_pass
+from .._tvm.pass_context import isolated_pass_context
+from .._tvm.serial import serialized
 from . import _compat
-from ._apply import constant_bytes, rewrite_module
 from ._config import CacheSetting, resolve_options
 from ._engine import EngineOptions, Values, make_engine
 from ._ledger import attach_ledger
-from ._legalize import legalize_candidates
-from ._normalize import hoist_match_cast_values
-from ._pending import check_pending_scalars, scalar_sources
-from ._read import check_relax_module
-from ._reads import probe_sites, probe_unread
-from ._sites import KernelSpec
-from ._walk import Translation, walk_relax
+from ._rewrite import constant_bytes, rewrite_module
+from ._translate import analyse
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "plan"]
 
 #: Who implements the pass, for users who look: its PassInfo carries the stock pass's name.
 IMPLEMENTATION = "fold_guard.relax.FoldConstant"
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """The module read for folding: its translation, the graph the planner decides on, the policy.
-
-    ``mod`` is the module as read: the input, normalized as the stock pass would
-    (``_normalize``); the rewrite starts from it. ``kernels`` are the legalized kernels of the
-    calls that could fold.
-    """
-
-    mod: tvm.IRModule
-    translation: Translation
-    graph: FoldGraph
-    policy: FoldPolicy
-    kernels: Mapping[int, KernelSpec]
-    #: calls whose stock decision waits for the value of a scalar folded in the same pass
-    pending_scalars: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
-
-
-def analyse(
-    mod: tvm.IRModule,
-    policy_spec: PolicySpec,
-    timer: StepTimer,
-    *,
-    strict: bool = False,
-) -> Analysis:
-    # Step 0. Preconditions, before any work: the module's kind (the TVM release was checked when
-    # fold_guard.relax was imported), the policy, and under ``strict`` a well-formed input.
-    check_relax_module(mod)
-    policy = resolve_policy(policy_spec)
-    if strict and not relax.analysis.check_well_formed(mod):
-        # checked up front so the post-condition in ``fold`` can only ever blame fold_guard
-        raise PreconditionError(
-            "the input module is not well formed (strict mode checks fold_guard's output with "
-            "relax.analysis.well_formed, so it needs a well-formed input); "
-            "hint: run relax.analysis.well_formed(mod) to see the violation, or pass strict=False"
-        )
-    # Step 1. Normalize what the stock pass normalizes in passing, then describe every call
-    # binding of every Relax function.
-    mod = hoist_match_cast_values(mod)
-    walk = walk_relax(mod)
-    timer.lap("walk")
-    # Step 2. Legalize once per op signature: which calls have a kernel, which stock would fold.
-    # The calls not reachable from constants are probed first: a kernel that reads only an
-    # operand's static type makes a call on a run-time value a candidate too (``_reads``).
-    candidates = walk.candidates()
-    unread = probe_unread(probe_sites(walk, candidates))
-    legalized = legalize_candidates(
-        mod, walk.sites, walk.candidates(unread) if unread else candidates
-    )
-    timer.lap("legalize")
-    # Step 3. Build the graph's nodes, each once, with what legalization found.
-    translation = walk.translate(legalized.facts)
-    graph = FoldGraph(translation.nodes)
-    analysis = Analysis(
-        mod, translation, graph, policy, legalized.kernels, legalized.pending_scalars
-    )
-    # A backend table's rules are settled on this module (fold_guard._core.offload).
-    return dataclasses.replace(analysis, policy=bind_tables(policy, analysis))
 
 
 @serialized
@@ -133,7 +62,7 @@ def plan(
       main: gv = relax.add: not constant: 'x' is a run-time input
     """
     with isolated_pass_context(), _compat.remembering_types():
-        analysis = analyse(mod, with_budget(policy, max_fold_bytes), StepTimer())
+        analysis = analyse(mod, with_budget(policy, max_fold_bytes))
     return plan_folds(analysis.graph, analysis.policy)
 
 
@@ -164,7 +93,7 @@ def fold(
     ``ledger=True`` writes the precision ledger (one row per weight, :func:`fold_guard.relax.ledger`)
     into the result's ``fold_guard.ledger`` module attribute; off by default, so the output stays
     structurally equal to what the stock pass and a hand-written Expected module give.
-    ``engine_options`` (a ``fold_guard.relax._engine.EngineOptions``) sets every engine switch
+    ``engine_options`` (an :class:`EngineOptions`) sets every engine switch
     at once, each speed mechanism included, for tests and benchmarks; it excludes the three.
 
     Examples
@@ -204,38 +133,36 @@ def _fold(
     options: EngineOptions,
     ledger: bool = False,
 ) -> FoldResult:
+    # The fold's steps, numbered alike in fold_guard/relay/_pass.py.
     timer = StepTimer()
+    # Step 1. Translate (``_translate``): preconditions (strict: a well-formed input), the graph.
     analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, strict=strict)
     translation, resolved = analysis.translation, analysis.policy
-    # Step 4. Plan with the TVM-free core.
+    # Step 2. Plan with the TVM-free core.
     fold_plan = plan_folds(analysis.graph, resolved)
     timer.lap("plan")
-    # Step 5. Build every kernel the plan needs, once.
+    # Step 3. Evaluate: every kernel the plan needs built once, then the calls in topological
+    # order; a failure re-plans (its consumers no longer fold). The values that may be dropped
+    # early are decided once per plan, and the rewrite gets the same decision.
     engine = make_engine(options, analysis.mod, analysis.graph, translation.sites, analysis.kernels)
     engine.prepare(fold_plan)
     timer.lap("compile")
-    # Step 6. Evaluate in topological order; a failure re-plans (its consumers no longer fold).
-    # Which values may be dropped early is decided here, once per plan, and the rewrite gets the
-    # same decision; the scalars a stock decision waits for are kept until it is checked (0-d:
-    # no memory). A call whose stock decision needed a scalar folded in this same pass is
-    # checked on its real value: where stock would not fold it there, it fails and is re-planned.
     values: Values = {}
-    kept = translation.escaping | scalar_sources(analysis.graph, analysis.pending_scalars)
     release: Dict[int, Tuple[int, ...]] = {}
 
     def evaluate(p: FoldPlan) -> Dict[int, str]:
         release.clear()
-        release.update(releasable(p, kept))
+        release.update(releasable(p, analysis.kept))
         failures = engine.evaluate(p, values, strict=strict, release=release)
-        pending = check_pending_scalars(translation.sites, analysis.pending_scalars, p, values)
-        failures.update(pending)
+        failures.update(analysis.stock_failures(p, values))
         return failures
 
     fold_plan, _ = evaluate_until_stable(fold_plan, resolved, evaluate)
     timer.lap("evaluate")
+    # Step 4. Strict: a fold_allow that cannot fold, or a failed evaluation, raises.
     if strict:
         raise_if_not_possible(fold_plan)
-    # Step 7. Rewrite each function the way the stock pass does.
+    # Step 5. Rewrite each function the way the stock pass does (strict: checked well formed).
     new_mod = rewrite_module(analysis.mod, translation, fold_plan, values, frozenset(release))
     timer.lap("rewrite")
     if strict and not relax.analysis.check_well_formed(new_mod):
@@ -243,8 +170,10 @@ def _fold(
             "fold_guard produced a module that is not well formed; please report it"
         )
     modified = not tvm_ffi.structural_equal(new_mod, mod)
+    # Step 6. The precision ledger, when asked for.
     if ledger:
         new_mod = attach_ledger(new_mod, fold_plan, translation.sites)
+    # Step 7. The result and its report.
     return fold_result(
         new_mod,
         fold_plan,

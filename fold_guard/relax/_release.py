@@ -16,12 +16,12 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .._partition import ConstantsView, Partitioned, partition_released
-from .._serial import serialized
+from .._tvm.partition import ConstantsView, Partitioned, partition_released
+from .._tvm.serial import serialized
 from . import _compat
 from ._ops import FOLD_BARRIER_OP
-from ._read import check_relax_module
 from ._stock import LIFT_STOP_OP
+from ._translate import check_relax_module
 
 __all__ = ["ReleaseBarriers", "partition", "release_barriers"]
 

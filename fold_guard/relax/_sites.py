@@ -1,29 +1,32 @@
-"""The data the Relax adapter's translation and evaluation share: a leaf module.
+"""The data the Relax adapter's translation hands the stages after it: a leaf module.
 
-The seam of the adapter runs through here. Translation (``_walk``: the Relax module read into
-call sites and graph nodes; ``_legalize``: what ``LegalizeOps`` makes of them) produces these
-values; evaluation (``_engine``) consumes them. This module imports nothing of fold_guard's but
-``_compat``, so both sides depend on it and never on each other.
+The seam of the adapter runs through here. Translation (``_translate``: the Relax module read
+into call sites and graph nodes, and what ``LegalizeOps`` makes of them) produces these values;
+evaluation (``_engine``) and the rewrite (``_rewrite``) consume them, and stock's rules
+(``_stock``) say which :class:`SiteKind` a call is. This module imports nothing of fold_guard's but
+the core's graph, so every side depends on it and none on another.
 
 * :class:`CallSite`: where a call is and what it reads (its tensor leaves, their constants).
 * :class:`PlanningFacts`: the facts only legalization knows, frozen; legalization makes
   them on every run, so no cache can change a plan.
 * :class:`KernelSpec`: the legalized PrimFunc that computes a call, and how its buffers map to
   the call's leaves.
+* :class:`Translation`: every call site of a module with its graph node, and the functions
+  they came from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping, Optional, Tuple
+from typing import FrozenSet, Mapping, Optional, Tuple
 
 import tvm
 from tvm import relax
 
-from . import _compat
+from .._core.graph import FoldNode
 
-__all__ = ["CallSite", "KernelSpec", "PlanningFacts", "SiteKind", "StaticShapeVar"]
+__all__ = ["CallSite", "KernelSpec", "PlanningFacts", "SiteKind", "StaticShapeVar", "Translation"]
 
 
 class SiteKind(Enum):
@@ -46,10 +49,8 @@ class StaticShapeVar:
     """
 
     var: relax.Var
-
-    @property
-    def values(self) -> Tuple[int, ...]:
-        return tuple(int(v.value) for v in _compat.type_of(self.var).values)
+    #: its values, read from its type
+    values: Tuple[int, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,10 +109,23 @@ class PlanningFacts:
     leaves that are not literal constants and that its kernel does not read (``zeros_like(x)``
     reads only ``x``'s static shape): as in stock, which folds a legalized call whose arguments
     are all constants, they do not stop it folding. ``unwritten``: calls whose kernel may leave
-    part of its output unwritten (``fold_guard._unwritten``), and why.
+    part of its output unwritten (``fold_guard._tvm.unwritten``), and why.
     """
 
     unsupported: Mapping[int, str] = field(default_factory=dict)
     not_stock_foldable: Mapping[int, str] = field(default_factory=dict)
     unread: Mapping[int, Tuple[int, ...]] = field(default_factory=dict)
     unwritten: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Translation:
+    """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relax functions they came from."""
+
+    nodes: Tuple[FoldNode, ...]
+    sites: Tuple[CallSite, ...]
+    functions: Mapping[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
+    #: nodes whose variable is used other than as a tensor operand of a call the graph holds (a
+    #: return value, a tuple, a match cast, a branch or closure that captures it): the rewrite
+    #: may need their values whatever their consumers do
+    escaping: FrozenSet[int] = frozenset()

@@ -3,23 +3,31 @@
 Under the ``default`` policy fold_guard's output must be structurally equal to the stock pass's
 (``src/relax/transform/fold_constant.cc``), so every rule of the stock pass that decides *whether*
 a call folds, or *how* the function is rewritten around what folded, is stated here and nowhere
-else. On a TVM upgrade, re-check this module against the new ``fold_constant.cc``:
+else (``tests/relax/test_stock_rules.py`` keeps it so). On a TVM upgrade, re-check this module
+against the new ``fold_constant.cc``:
 
+* **per call** (:func:`stock_rules`, which the walk asks once per call, in the order of the
+  stock pass's ``VisitExpr_(const CallNode*)``): not an operator; a ``call_tir`` whose target is
+  not one of the module's PrimFuncs, or that passes symbolic shape values (``tir_vars``); an
+  operator with no ``FLegalize`` (``tensor_to_shape`` aside, whose values stock reads itself,
+  from an int64 tensor only), or an impure one; a result with symbolic dims;
 * **dataflow only**: operators fold only inside dataflow blocks; ``call_tir`` of a module
   PrimFunc folds in any block;
 * **creation size**: a call with no tensor argument (a creation op such as ``zeros``) whose static
   result has more than 1024 elements is not folded (``ShouldBeFolded``);
 * **single TIR call**: an operator folds only when ``LegalizeOps`` turns it into exactly one
-  ``call_tir`` without symbolic shape arguments;
+  ``call_tir`` without symbolic shape arguments (:func:`legalized_call_tir`);
 * **constness after legalization**: every call is legalized, whatever its operands, and folds
   when that ``call_tir``'s arguments are all constants: an operand the kernel does not take
-  (``zeros_like(x)`` reads only ``x``'s static shape) does not stop it (``_reads`` finds them,
-  ``_legalize`` records them in ``PlanningFacts.unread``);
+  (``zeros_like(x)`` reads only ``x``'s static shape) does not stop it (``_translate.reads`` finds them,
+  ``_translate.legalize`` records them in ``PlanningFacts.unread``);
 * **scalar legalization**: stock legalizes the call as it stands, so scalar constant operands reach
   the legalizer as constants; some legalizers (``astype``) then return a constant instead of a
   TIR call, which stock does not fold. Whether that happens is decided by legalizing once with
   the scalars as constants (:func:`needs_scalar_decision`), once per distinct value where the
-  value itself matters (:func:`scalar_value_key`: ``divide`` by a literal zero raises);
+  value itself matters (:func:`scalar_value_key`: ``divide`` by a literal zero raises), and for
+  a 0-d operand folded in the same pass, on its value once it is evaluated
+  (:func:`scalar_rule`);
 * **scalars compiled in**: the legalizers write a 0-d constant operand into the kernel as an
   immediate, and TVM's constant folder (``x + 0 -> x``, ``x * 1 -> x``, ``x * 0 -> 0``) and LLVM
   (``pow(x, 0.5) -> sqrt(x)``, ``x * -1 -> -x``, NaN and infinity operands folded) then compile
@@ -48,13 +56,16 @@ rules that decide whether a call on the parameter path is lifted (:func:`lift_ru
 from __future__ import annotations
 
 import math
-from typing import FrozenSet, Hashable, Mapping, Optional, Sequence, Tuple
+from typing import Callable, FrozenSet, Hashable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tvm
 from tvm import relax
 
+from .._core.graph import TensorInfo
+from .._core.reasons import Reason
 from . import _compat
+from ._sites import SiteKind
 
 __all__ = [
     "CALL_TIR_OP",
@@ -63,13 +74,16 @@ __all__ = [
     "RULE_LARGE_CREATION",
     "STOCK_MAX_CREATION_ELEMENTS",
     "TENSOR_TO_SHAPE_OP",
-    "default_decision",
+    "OpAttr",
+    "StockDecision",
     "is_large_creation",
     "legalized_call_tir",
     "lift_rule",
     "needs_scalar_decision",
     "not_legalized_rule",
+    "scalar_rule",
     "scalar_value_key",
+    "stock_rules",
     "substitutes_shape_arguments",
     "value_shapes_kernel",
     "weight_dims",
@@ -92,20 +106,113 @@ RULE_LARGE_CREATION = (
 )
 
 
-def default_decision(
-    *, is_operator: bool, is_call_tir: bool, in_dataflow: bool, call: relax.Call
-) -> Tuple[bool, str]:
-    """``(default_fold, default_rule)``: whether stock folds the call once its inputs are constant.
+#: Looks an op attribute up (``FLegalize``, ``FPurity``); None when the op does not have it.
+OpAttr = Callable[[tvm.ir.Op, str], object]
 
-    ``is_operator`` is true for an operator call fold_guard evaluates (``tensor_to_shape``
-    included: it reads a tensor, so it is never a creation), ``is_call_tir`` for ``call_tir`` of a
-    module PrimFunc. Legalization can still take a fold away (:func:`not_legalized_rule`).
+
+class StockDecision(NamedTuple):
+    """What stock's per-call rules say of one call, before legalization (:func:`stock_rules`).
+
+    ``kind``: how fold_guard computes the call (through its legalized kernel, a module's
+    ``call_tir``, ``tensor_to_shape`` read directly, or not at all). ``unfoldable`` and ``detail``:
+    why fold_guard can never evaluate it (None: it can). ``default_fold``: whether stock folds it
+    once its inputs are constant, else ``default_rule`` names the rule that keeps it
+    (legalization can still take a fold away: :func:`not_legalized_rule`).
     """
+
+    kind: SiteKind
+    unfoldable: Optional[Reason] = None
+    detail: str = ""
+    default_fold: bool = True
+    default_rule: str = ""
+
+
+def stock_rules(
+    call: relax.Call,
+    *,
+    mod: tvm.IRModule,
+    in_dataflow: bool,
+    outputs: Sequence[TensorInfo],
+    op_attr: OpAttr,
+) -> StockDecision:
+    """What the stock pass decides for ``call`` (a call that is no fold_guard annotation), and why.
+
+    The guards of ``VisitExpr_(const CallNode*)`` in ``fold_constant.cc``, in its order, each
+    answering for good: not an operator; a ``call_tir`` of something that is not a PrimFunc of
+    ``mod``, or with ``tir_vars``; no ``FLegalize`` (``tensor_to_shape`` aside: stock reads an int64
+    constant's values itself); impure (``FPurity`` false: its legalized form is no TIR call);
+    a result whose type has symbolic dims (``outputs``: the call's result types, read once by the
+    walk). Then the rules that keep a call whatever fold_guard can evaluate: outside a dataflow
+    block an operator does not fold, and a large creation does not fold (``ShouldBeFolded``; where
+    both keep an operator, the dataflow rule is named). ``op_attr`` reads an op's attributes.
+    """
+    op = call.op
+    if not isinstance(op, tvm.ir.Op):
+        detail = f"call to {op} is not an operator; only operators and call_tir fold"
+        return StockDecision(SiteKind.OTHER, Reason.UNSUPPORTED, detail)
+    name = op.name
+    unfoldable: Optional[Reason] = None
+    detail = ""
+    if name == CALL_TIR_OP:
+        kind = SiteKind.CALL_TIR
+        callee = call.args[0]
+        if not isinstance(callee, tvm.ir.GlobalVar) or callee not in mod.functions:
+            unfoldable, detail = (
+                Reason.UNSUPPORTED,
+                f"call_tir target {callee} is not a function of the module",
+            )
+        elif not isinstance(mod[callee], tvm.tirx.PrimFunc):
+            unfoldable, detail = (
+                Reason.UNSUPPORTED,
+                f"call_tir target {callee.name_hint} is not a PrimFunc",
+            )
+        elif _passes_tir_vars(call):
+            unfoldable, detail = Reason.DYNAMIC_SHAPE, _TIR_VARS_DETAIL
+    elif name == TENSOR_TO_SHAPE_OP:
+        kind = SiteKind.TENSOR_TO_SHAPE
+        arg_ty = _compat.type_of(call.args[0])
+        if not isinstance(arg_ty, _compat.TensorType) or _compat.dtype_of(arg_ty) != "int64":
+            unfoldable, detail = (
+                Reason.UNSUPPORTED,
+                "tensor_to_shape folds only from an int64 tensor",
+            )
+    elif op_attr(op, "FLegalize") is None:
+        kind = SiteKind.OTHER
+        unfoldable = Reason.UNSUPPORTED
+        detail = f"{name} has no FLegalize, so it has no TIR kernel to evaluate"
+    elif _is_impure(op_attr(op, "FPurity")):
+        kind = SiteKind.OTHER
+        unfoldable, detail = Reason.IMPURE, f"{name} is impure"
+    else:
+        kind = SiteKind.OP
+    if (
+        unfoldable is None
+        and kind in (SiteKind.OP, SiteKind.CALL_TIR)
+        and any(not info.is_static for info in outputs if info.dtype != "shape")
+    ):
+        unfoldable = Reason.DYNAMIC_SHAPE
+        detail = f"result type {_compat.type_of(call)} has symbolic dims"
+    is_operator = kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE)
     if is_operator and not in_dataflow:
-        return False, RULE_DATAFLOW_ONLY
-    if (is_operator or is_call_tir) and is_large_creation(call):
-        return False, RULE_LARGE_CREATION
-    return True, ""
+        return StockDecision(kind, unfoldable, detail, False, RULE_DATAFLOW_ONLY)
+    if (is_operator or kind is SiteKind.CALL_TIR) and is_large_creation(call):
+        return StockDecision(kind, unfoldable, detail, False, RULE_LARGE_CREATION)
+    return StockDecision(kind, unfoldable, detail)
+
+
+def _is_impure(purity: object) -> bool:
+    """``FPurity`` registered and false."""
+    return purity is not None and not bool(purity)
+
+
+#: Why stock does not fold a ``call_tir`` that passes symbolic shape values.
+_TIR_VARS_DETAIL = "call_tir passes symbolic shape values (tir_vars)"
+
+
+def _passes_tir_vars(call: relax.Call) -> bool:
+    """Whether a ``call_tir`` passes symbolic shape values (``tir_vars``) after its operands: stock
+    cannot supply them to the PrimFunc, so it does not fold the call."""
+    return len(call.args) > 2
 
 
 def not_legalized_rule(op: str, why: str) -> str:
@@ -244,9 +351,27 @@ def legalized_call_tir(func: relax.Function) -> Tuple[Optional[relax.Call], str]
             else type(value).__name__
         )
         return None, f"legalizes to {kind}, not a TIR call"
-    if len(value.args) > 2:
-        return None, "legalized call_tir passes symbolic shape values (tir_vars)"
+    if _passes_tir_vars(value):
+        return None, f"legalized {_TIR_VARS_DETAIL}"
     return value, ""
+
+
+def scalar_rule(
+    op_name: str, legalized: Optional[relax.Function], error: str = ""
+) -> Optional[str]:
+    """Why stock would not fold a call whose 0-d operands were folded in this same pass, judged on
+    their values once they are known; None where it would.
+
+    Stock legalizes the call with those operands as constants, values included: ``legalized`` is
+    that legalization (the function of one call), ``error`` the legalizer's error where it raised.
+    Stock raises where ``LegalizeOps`` raises, and does not fold what does not legalize to one TIR
+    call; either way the call is kept with the reason (``_translate.pending`` judges each such call
+    once the values are known).
+    """
+    if error or legalized is None:
+        return f"{error or 'LegalizeOps failed'}; stock raises"
+    _, why = legalized_call_tir(legalized)
+    return not_legalized_rule(op_name, why) if why else None
 
 
 def substitutes_shape_arguments(call: relax.Call) -> bool:

@@ -9,7 +9,8 @@ Public surface:
 - ``FoldConstant(policy="default", *, strict=False, functions=None) -> tvm.transform.Pass``
 - ``plan(mod, policy="default", *, functions=None) -> FoldPlan``
 - ``fold(mod, *, policy="default", strict=False, functions=None, ledger=False) -> FoldResult``;
-  ``ledger(mod)`` reads the precision ledger ``ledger=True`` writes into the module
+  ``ledger(mod)`` reads the precision ledger ``ledger=True`` writes into the module (one
+  ``LedgerRow`` per weight, keyed by ``constant_key``)
 - ``fold_function(func, *, policy="default", strict=False) -> relay.Function`` for one function
   as a ``relay.ext.<codegen>`` hook receives it (``Compiler`` attribute included)
 - ``fold_barrier(expr)`` / ``fold_allow(expr)``
@@ -24,12 +25,13 @@ Public surface:
   ``FakeQuantizationToInteger`` leaves in ``fold_allow``
 
 >>> import fold_guard.relay as fgr
->>> sorted(name for name in fgr.__all__ if name[0].isupper())
-['FoldConstant', 'FoldResult', 'OffloadReason', 'OffloadReport', 'OffloadRow', 'ReleaseBarriers']
+>>> sorted(name for name in fgr.__all__ if name[0].isupper())  # doctest: +NORMALIZE_WHITESPACE
+['FoldConstant', 'FoldPlan', 'FoldResult', 'LedgerRow',
+ 'OffloadReason', 'OffloadReport', 'OffloadRow', 'ReleaseBarriers']
 """
 
 # Never import tvm next to tvm_tirx (apache-tvm-tirx): the process would abort; say so instead.
-from .._tvm_cores import check_no_second_core as _check_no_second_core
+from .._tvm.cores import check_no_second_core as _check_no_second_core
 
 _check_no_second_core()
 
@@ -43,16 +45,18 @@ from ._ops import register_ops as _register_ops  # noqa: E402
 
 _register_ops()
 
-from .._core import OffloadReason, OffloadReport, OffloadRow  # noqa: E402
+from .._core import FoldPlan, LedgerRow, OffloadReason, OffloadReport, OffloadRow  # noqa: E402
 from ._annotate import allow_constant_qnn, annotate  # noqa: E402
-from ._ledger import ledger  # noqa: E402
+from ._ledger import constant_key, ledger  # noqa: E402
 from ._offload import backend_policy, explain_offload  # noqa: E402
 from ._pass import FoldConstant, FoldResult, fold, fold_function, plan  # noqa: E402
 from ._release import ReleaseBarriers, partition, release_barriers  # noqa: E402
 
 __all__ = [
     "FoldConstant",
+    "FoldPlan",
     "FoldResult",
+    "LedgerRow",
     "OffloadReason",
     "OffloadReport",
     "OffloadRow",
@@ -60,6 +64,7 @@ __all__ = [
     "allow_constant_qnn",
     "annotate",
     "backend_policy",
+    "constant_key",
     "explain_offload",
     "fold",
     "fold_allow",

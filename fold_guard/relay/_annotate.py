@@ -14,12 +14,12 @@ from .._core.errors import PreconditionError
 from .._core.graph import Annotation
 from .._core.planner import plan_folds
 from .._core.registry import PolicySpec
-from .._core.report import StepTimer
-from .._serial import serialized
+from .._tvm.serial import serialized
 from ._module import module_like
 from ._ops import fold_allow, fold_barrier
-from ._pass import Analysis, analyse, fold
+from ._pass import fold
 from ._rewrite import substitute_calls
+from ._translate import Analysis, analyse
 
 __all__ = ["allow_constant_qnn", "annotate"]
 
@@ -80,7 +80,7 @@ def annotate(
     # Step 1. Evaluate what the policy folds; what is left is what it keeps.
     folded = fold(mod, policy=policy, ledger=ledger).mod
     # Step 2. Barriers where a fold after QNN lowering (fold-qnn) would undo a keep.
-    analysis = analyse(folded, policy, None, StepTimer())
+    analysis = analyse(folded, policy)
     graph = analysis.graph
     placed = placements(
         plan_folds(graph, analysis.policy),
@@ -135,7 +135,7 @@ def allow_constant_qnn(mod: tvm.IRModule) -> tvm.IRModule:
     >>> print(fgr.allow_constant_qnn(mod)["main"].body.args[1].op.name)
     fold_allow
     """
-    analysis = analyse(mod, FOLD_QNN_POLICY, None, StepTimer())
+    analysis = analyse(mod, FOLD_QNN_POLICY)
     graph = analysis.graph
     placed = placements(plan_folds(graph, FOLD_QNN_POLICY), plan_folds(graph, DEFAULT_POLICY))
     return _place(analysis, placed).mod

@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import tvm
 
 from .._core.errors import UnsupportedIRError
-from .._versions import major_minor
+from .._tvm.versions import major_minor
 
 __all__ = ["SUPPORTED_RELAY_TVM", "check_tvm_version"]
 

@@ -17,14 +17,22 @@ import tvm
 
 from .._core.ledger import LedgerRow, content_key, ledger_rows
 from .._core.planner import FoldPlan
-from .._ledger_attr import read_ledger, write_ledger
-from ._walk import CallSite, ConstSource, Source, TupleSource
+from .._tvm.ledger_attr import read_ledger, write_ledger
+from ._sites import CallSite, ConstSource, Source, TupleSource
 
 __all__ = ["attach_ledger", "constant_key", "ledger"]
 
 
 def constant_key(const: Any) -> str:
-    """The content key of a Relay constant (``sha256:<16 hex digits>``), as Relax's."""
+    """The content key of a Relay constant (``sha256:<16 hex digits>``), as Relax's: a ledger
+    row's ``key``.
+
+    >>> import numpy as np
+    >>> from tvm import relay
+    >>> import fold_guard.relay as fgr
+    >>> fgr.constant_key(relay.const(np.ones((4, 4), "int8")))
+    'sha256:bef79c0aacebb5cf'
+    """
     array = const.data.numpy()
     return content_key(str(array.dtype), array.shape, array.tobytes())
 
@@ -54,13 +62,15 @@ def _weight_key(sites: Sequence[CallSite]) -> Callable[[int, int], Optional[str]
 
 def attach_ledger(mod: tvm.IRModule, plan: FoldPlan, sites: Sequence[CallSite]) -> tvm.IRModule:
     """``mod`` with the plan's rows added to its ledger attribute (rows already there stay)."""
-    return write_ledger(mod, ledger_rows(plan, _weight_key(sites)))
+    weight_key = _weight_key(sites)
+    rows = ledger_rows(plan, weight_key)
+    return write_ledger(mod, rows)
 
 
 def ledger(mod: tvm.IRModule) -> List[LedgerRow]:
     """The precision ledger ``fold`` / ``annotate`` (``ledger=True``) wrote into ``mod``.
 
-    One :class:`~fold_guard._core.ledger.LedgerRow` per weight, as
+    One :class:`~fold_guard.LedgerRow` per weight, as
     :func:`fold_guard.relax.ledger`; empty for a module without a ledger.
 
     Examples

@@ -2,116 +2,30 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 import tvm
 from tvm import relay
 
-from .._adapter import fold_constant_pass
 from .._core.driver import evaluate_until_stable
-from .._core.errors import PreconditionError, UnsupportedIRError
+from .._core.errors import UnsupportedIRError
 from .._core.graph import FoldGraph, dtype_nbytes
-from .._core.offload import bind_tables
 from .._core.planner import FoldPlan, plan_folds, raise_if_not_possible
 from .._core.policy import FoldPolicy
-from .._core.registry import PolicySpec, resolve_policy, with_budget
+from .._core.registry import PolicySpec, with_budget
 from .._core.report import FoldResult, StepTimer, fold_result
-from .._pass_context import isolated_pass_context
-from .._serial import serialized
-from ._evaluate import Values, evaluate_plan, materialize
+from .._tvm.adapter import fold_constant_pass
+from .._tvm.serial import serialized
+from ._engine import Values, evaluate_plan, materialize
 from ._ledger import attach_ledger
-from ._module import check_relay_module, detached_copy, module_like
-from ._read import foldable_functions, function_names, postorder
+from ._module import infer_types, module_like
+from ._read import function_names, postorder
 from ._rewrite import rewrite_function
+from ._sites import Translation
 from ._stock import is_true
-from ._walk import Translation, walk_relay
+from ._translate import analyse
 
 __all__ = ["FoldConstant", "FoldResult", "fold", "fold_function", "plan"]
-
-
-def _infer_types(mod: tvm.IRModule, what: str, *, visible: bool) -> tvm.IRModule:
-    """``InferType()(mod)``; ``visible`` says whether the caller's pass instruments may see it.
-
-    Stock ``FoldConstant`` is a FunctionPass, which re-types its result with one ``InferType``
-    run in the caller's PassContext: instruments see that one nested inside ``FoldConstant``,
-    and nothing else. Typing our detached copy of the input has no counterpart in stock, so it
-    runs out of their sight.
-    """
-    if not visible:
-        with isolated_pass_context():
-            return _infer_types(mod, what, visible=True)
-    # TVM reports type errors as diagnostics printed to stderr and raises a generic "error
-    # diagnostics were emitted"; collect them so the exception itself names what is wrong.
-    messages: List[str] = []
-
-    def collect(context: object) -> None:
-        messages.extend(str(diagnostic.message) for diagnostic in context.diagnostics)  # type: ignore[attr-defined]
-
-    with _diagnostics_renderer(collect):
-        try:
-            return relay.transform.InferType()(mod)
-        except tvm.TVMError as err:
-            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-            why = "; ".join(messages) or (lines[-1] if lines else str(err))
-            raise PreconditionError(
-                f"{what} does not type-check, so fold_guard cannot tell what is constant: {why}. "
-                "Hint: run relay.transform.InferType() on it to see where"
-            ) from err
-
-
-#: The global function through which ``tvm.ir.diagnostics.override_renderer`` installs a renderer.
-_RENDERER_FUNC = "diagnostics.OverrideRenderer"
-
-
-@contextlib.contextmanager
-def _diagnostics_renderer(render: Callable[[object], None]) -> Iterator[None]:
-    """Report diagnostics through ``render`` inside the block, then restore the caller's renderer.
-
-    The renderer is process-wide: a user's own (installed with ``override_renderer``) is put back
-    as it was, and TVM's default only when there was none.
-    """
-    previous = tvm.get_global_func(_RENDERER_FUNC, allow_missing=True)
-    tvm.ir.diagnostics.override_renderer(render)
-    try:
-        yield
-    finally:
-        if previous is None:
-            tvm.ir.diagnostics.override_renderer(None)
-        else:
-            tvm.register_func(_RENDERER_FUNC, previous, override=True)
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """The module read for folding: its translation (the walk), the graph the planner decides on, the policy.
-
-    ``mod`` is the typed copy of the input (Relay types a detached copy, see ``_module.detached_copy``);
-    ``selected`` (Relay only) are the functions chosen to fold, which a second walk reads again.
-    """
-
-    mod: tvm.IRModule
-    translation: Translation
-    graph: FoldGraph
-    policy: FoldPolicy
-    selected: Sequence[Tuple[str, relay.Function]]
-
-
-def analyse(
-    mod: tvm.IRModule, policy_spec: PolicySpec, functions: Optional[Iterable[str]], timer: StepTimer
-) -> Analysis:
-    """Check and type a copy of ``mod``, then walk the functions to fold."""
-    policy = resolve_policy(policy_spec)
-    typed = _infer_types(detached_copy(check_relay_module(mod)), "the input module", visible=False)
-    # Step 1. Describe every op call of the functions to fold, as stock folding sees it.
-    selected = foldable_functions(typed, functions)
-    translation = walk_relay(typed, selected)
-    timer.lap("walk")
-    analysis = Analysis(typed, translation, FoldGraph(translation.nodes), policy, selected)
-    # A backend table's rules are settled on this module (fold_guard._core.offload).
-    return dataclasses.replace(analysis, policy=bind_tables(policy, analysis))
 
 
 def _plan_and_evaluate(
@@ -173,7 +87,7 @@ def plan(
       main: %1 = fold_barrier: kept by barrier [fold_barrier]: operand is constant; ...
       main: %2 = add: not constant: 'x' is a run-time input
     """
-    analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, StepTimer())
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions=functions)
     return plan_folds(analysis.graph, analysis.policy)
 
 
@@ -214,15 +128,18 @@ def fold(
     [[2 2]
      [2 2]]
     """
+    # The fold's steps, numbered alike in fold_guard/relax/_pass.py.
     timer = StepTimer()
-    analysis = analyse(mod, with_budget(policy, max_fold_bytes), functions, timer)
+    # Step 1. Translate (``_translate``): preconditions, the graph.
+    analysis = analyse(mod, with_budget(policy, max_fold_bytes), timer, functions=functions)
     typed, translation = analysis.mod, analysis.translation
     values_by_call: Dict[relay.Call, relay.Expr] = {}
     failures_by_call: Dict[relay.Call, str] = {}
     known_conditions: Dict[relay.If, bool] = {}
     runs = 0
     while True:
-        # Step 2. Plan with the TVM-free core; Step 3. evaluate level by level (a failure re-plans).
+        # Step 2. Plan with the TVM-free core; Step 3. evaluate level by level (a failure
+        # re-plans). Relay only: an If whose condition folded is translated again (below).
         fold_plan, values, more_runs = _plan_and_evaluate(
             translation, analysis.policy, values_by_call, failures_by_call, strict, timer
         )
@@ -237,17 +154,20 @@ def fold(
         if not resolved_now:
             break
         known_conditions.update(resolved_now)
-        translation = walk_relay(typed, analysis.selected, known_conditions)
+        translation = analysis.walk_again(known_conditions)
         timer.lap("walk")
+    # Step 4. Strict: a fold_allow that cannot fold, or a failed evaluation, raises.
     if strict:
         raise_if_not_possible(fold_plan)
-    # Step 4. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
+    # Step 5. Rewrite each function the way the stock pass does, then re-type like its FunctionPass.
     new_mod = _rewrite_module(typed, translation, fold_plan, values)
-    new_mod = _infer_types(new_mod, "fold_guard's output (please report this)", visible=True)
+    new_mod = infer_types(new_mod, "fold_guard's output (please report this)", visible=True)
     timer.lap("rewrite")
     modified = not tvm.ir.structural_equal(new_mod, mod, map_free_vars=True)
+    # Step 6. The precision ledger, when asked for.
     if ledger:
         new_mod = attach_ledger(new_mod, fold_plan, translation.sites)
+    # Step 7. The result and its report.
     return fold_result(
         new_mod,
         fold_plan,

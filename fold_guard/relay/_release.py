@@ -15,8 +15,8 @@ from typing import Callable, Hashable, List, Set, Tuple
 import tvm
 from tvm import relay
 
-from .._partition import ConstantsView, Partitioned, partition_released
-from .._serial import serialized
+from .._tvm.partition import ConstantsView, Partitioned, partition_released
+from .._tvm.serial import serialized
 from ._module import check_relay_module, detached_copy, module_like
 from ._ops import FOLD_BARRIER_OP
 

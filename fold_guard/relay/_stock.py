@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import platform
 from functools import cache
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import tvm
 from tvm import relay
@@ -37,6 +37,7 @@ __all__ = [
     "ON_DEVICE_OP",
     "QNN_DEFAULT_RULE",
     "SHAPE_OPS",
+    "StockDecision",
     "evaluation_target",
     "is_optimizable",
     "is_primitive",
@@ -61,36 +62,44 @@ NO_ARGS_RULE = "relay: calls without arguments are kept (folding ones(shape) onl
 OpAttr = Callable[[tvm.ir.Op, str], object]
 
 
-def stock_rules(
-    op: tvm.ir.Op, call: relay.Call, op_attr: OpAttr
-) -> Tuple[Optional[Reason], str, bool, str]:
-    """``(unfoldable reason, detail, default_fold, default_rule)`` as stock decides for a call of ``op``.
+class StockDecision(NamedTuple):
+    """What stock's per-call rules say of one call (:func:`stock_rules`).
+
+    ``unfoldable`` and ``detail``: why fold_guard can never evaluate it (None: it can).
+    ``default_fold``: whether stock folds it once its inputs are constant, else ``default_rule``
+    names the rule that keeps it.
+    """
+
+    unfoldable: Optional[Reason] = None
+    detail: str = ""
+    default_fold: bool = True
+    default_rule: str = ""
+
+
+def stock_rules(op: tvm.ir.Op, call: relay.Call, op_attr: OpAttr) -> StockDecision:
+    """What the stock pass decides for a call of ``op``, and why, in its ``Rewrite_`` order.
 
     For a call that is not an annotation and whose value does not come from a static type.
     """
     if not call.args:
-        return None, "", False, NO_ARGS_RULE
+        return StockDecision(None, "", False, NO_ARGS_RULE)
     if op_attr(op, "TOpIsStateful"):
-        return Reason.IMPURE, f"{op.name} is stateful", True, ""
+        return StockDecision(Reason.IMPURE, f"{op.name} is stateful")
     if op.name in SHAPE_OPS + (NDARRAY_SIZE_OP,):
-        return Reason.DYNAMIC_SHAPE, f"{op.name} of an operand whose shape is not static", True, ""
+        return StockDecision(
+            Reason.DYNAMIC_SHAPE, f"{op.name} of an operand whose shape is not static"
+        )
     if op.name == DEVICE_COPY_OP:
-        return (
-            Reason.UNSUPPORTED,
-            "device_copy moves data between devices; stock never folds it",
-            True,
-            "",
+        return StockDecision(
+            Reason.UNSUPPORTED, "device_copy moves data between devices; stock never folds it"
         )
     if op_attr(op, "TNonComputational"):
         if op_attr(op, "FTVMQnnCanonicalize") is not None:
-            return None, "", False, QNN_DEFAULT_RULE
-        return (
-            Reason.UNSUPPORTED,
-            f"{op.name} is non-computational: there is nothing to evaluate",
-            True,
-            "",
+            return StockDecision(None, "", False, QNN_DEFAULT_RULE)
+        return StockDecision(
+            Reason.UNSUPPORTED, f"{op.name} is non-computational: there is nothing to evaluate"
         )
-    return None, "", True, ""
+    return StockDecision()
 
 
 def static_shape_value(

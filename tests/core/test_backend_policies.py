@@ -1,4 +1,8 @@
-"""The backend policies (qdq-accelerator, weights-only) and the placement of annotations for a policy."""
+"""The backend policies (qdq-accelerator, weights-only) and the placement of annotations for a policy.
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""What FoldPlan.explain(), FoldReport.explain() and the planner's log say."""
+"""What FoldPlan.explain(), FoldReport.explain() and the planner's log say.
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
+"""
 
 import logging
 

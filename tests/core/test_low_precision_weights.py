@@ -3,6 +3,9 @@
 TFLite's float16 models (and hand-written half-precision modules) carry weights as
 ``astype(<float16 constant>, "float32")``. Folded, the backend receives a float32 copy at twice
 the bytes; kept, it receives the float16 constant and the cast.
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 from __future__ import annotations

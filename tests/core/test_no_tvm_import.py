@@ -1,6 +1,9 @@
 """The core and the top-level package import without TVM (STYLE item 1).
 
 sys.modules["tvm"] = None  ==>  import fold_guard._core; import fold_guard   (no ImportError)
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 import subprocess

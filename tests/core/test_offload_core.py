@@ -8,6 +8,9 @@ composite, as ``Binding.trial`` does for an adapter.
     W ─ q=quantize ─ w=dequantize ─┐
     x ───────────────────────────── y=matmul         npu.qmatmul: matmul(*, dequantize(const, const))
                                                      ==> q folds [fold-for], w kept [keep-for]
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ parameter lifting (``LiftTransformParams``), under the same precedence as a fold
 
     annotate: dq(fold_barrier(stop_lift_params(q))): the lifting keeps the stop, the barrier and
     dq at run time and hands the run-time function q's int8 result.
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 from __future__ import annotations

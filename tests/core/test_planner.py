@@ -2,6 +2,9 @@
 
 Sketches use ``c*`` for literal constants, ``x`` for a run-time input, ``C`` for "becomes a
 constant" and ``=`` for "stays a call".
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 import dataclasses

@@ -1,4 +1,8 @@
-"""Built-in policies, composition and the named-policy registry."""
+"""Built-in policies, composition and the named-policy registry.
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
+"""
 
 import math
 

@@ -3,6 +3,9 @@
 A rule's predicate is user code run once per constant call, deep inside a pass. Unguarded, its
 failures escape raw (``ZeroDivisionError``), a truthy non-bool (``"no"``) silently matches, an
 ndarray leaks NumPy's ``ValueError``, and ``size_guard('2')`` leaks a ``TypeError``.
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 from __future__ import annotations

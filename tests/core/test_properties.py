@@ -8,6 +8,9 @@ keeps a random set of ops and folds another. Unless a test asks for it, no ``fol
 
     k0 ─ v0=exp ─ v1=barrier ─ v3=add ─ v4=allow          v0 = C; v1..v4 stay (barrier)
     x0 ─────────── v2=neg ────┘                  ==>      v2 stays (not constant)
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 from __future__ import annotations

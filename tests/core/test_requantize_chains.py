@@ -5,6 +5,9 @@ A weight may arrive as ``dequantize(int8 W, s1) -> quantize(s2) -> dequantize(s2
 quantize into one int8 constant at ``s2`` and only the last dequantize stays; composed first,
 ``keep-requantize`` keeps the boundary instead. The first dequantize folds only where its
 quantizes fold too: the planner checks that on the finished plan and decides it again otherwise.
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 from __future__ import annotations

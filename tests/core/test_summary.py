@@ -2,6 +2,9 @@
 
 w = dequantize(c_i8) [kept by rule]; r = reshape(w) [kept: input kept]; y = matmul(x, r)
 q = quantize(c_f32) [folded]
+
+White-box on purpose: it tests the TVM-free core (``fold_guard._core``) directly, below the
+adapters' public entry points.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Counts, not timings: the number of kernels compiled is a property of the design (one per op
 signature), and the output must still equal the stock pass's, constant for constant.
+
+White-box on purpose: it tests translation's batched legalization (``_translate.legalize``), a
+private mechanism.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ def test_report_counts_constant_bytes_and_kernels() -> None:
 def test_result_shapes_are_read_without_an_analyzer_where_dims_are_plain(monkeypatch) -> None:
     """A symbolic kernel's result dims are sizes and dim vars: read directly, they give what the
     arithmetic analyzer gives (which is still used where a dim is an expression)."""
-    from fold_guard.relax import _legalize as _kernels
+    from fold_guard.relax._translate import legalize as _kernels
 
     n = tvm.tirx.Var("n", "int64")
     plain = _kernels._plain_dims([relax.TensorType([n, 4], "int8")])

@@ -8,6 +8,9 @@
 
 The launcher parses the arguments without importing fold_guard; ``--help`` and ``--version`` are
 checked to import neither fold_guard nor TVM (in a fresh interpreter).
+
+White-box on purpose: it tests a policy with a budget (``_core.registry.with_budget``), a private
+mechanism.
 """
 
 from __future__ import annotations

@@ -20,10 +20,12 @@ from support.inprocess import run_cli
 from tvm import relax
 
 import fold_guard.relax as fgr
-from fold_guard._core.ledger import LEDGER_ATTR
 
 SCHEMA = Path(__file__).resolve().parents[2] / "fold_guard/cli/report.schema.json"
 LAYERS = ["conv0", "conv1", "conv2", "conv3", "fc"]
+
+#: The module attribute the ledger is written to, as ``fold(..., ledger=True)`` documents it.
+LEDGER_ATTR = "fold_guard.ledger"
 
 
 @pytest.fixture(scope="module")

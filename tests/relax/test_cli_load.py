@@ -5,6 +5,8 @@ program.py (a Python program)          ──load_model──▶ refused; with t
 model.tflite / model.pt2               ──load_model──▶ == the frontend called directly
 ResNet-50 QDQ                          ──load_model──▶ every conv2d, its weight's dequantize
                                                       and its bias: the ONNX Conv's name
+
+White-box on purpose: it tests a name read through ``_compat``, a private mechanism.
 """
 
 from __future__ import annotations

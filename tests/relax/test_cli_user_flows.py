@@ -8,6 +8,9 @@ fold --check, unfolded module unbuildable       ──▶ says so, writes the fo
 inspect q.pt2 --trust-model (a fresh process)   ──▶ PT2E's ops registered, no torch noise
 fgr.fold(<onnx.ModelProto>)                     ──▶ the hint names from_onnx
 the Python report with from_onnx_with_layers    ──▶ the names the command prints
+
+White-box on purpose: it tests the command against the core's built-in policy list
+(``_core.builtin_policies``), a private mechanism.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ constants or reads source positions, and what it builds is what TVM's own constr
 
 So TVM 0.28's known changes (``loc`` for ``span``, ``ty`` for ``ret_ty``, keyword-only builders,
 GenericConst's argument order: the module docstring cites apache/tvm main) are a change there.
+
+White-box on purpose: it tests the TVM compatibility layer (``_compat``), a private mechanism.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ left undefined by LLVM's IR), so it is built at -O0; a *fill* (every element one
 ``broadcast_to`` of a one-element constant, a transpose of that, ``zeros``) is written without
 a kernel at all, and not even written where only other fills read it. Each op is checked against
 stock's bytes with the kernel (host copies and fills off) and with every mechanism on.
+
+White-box on purpose: it tests the fast engine's data-movement reading (``_engine.movement``,
+``strategy``), a private mechanism.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ from tvm import relax
 import fold_guard.relax as fgr
 from fold_guard._core.planner import plan_folds
 from fold_guard._core.report import StepTimer
-from fold_guard.relax._engine import EngineOptions, fast
+from fold_guard.relax import EngineOptions
+from fold_guard.relax._engine import fast
 from fold_guard.relax._engine.movement import moves_data, read_movement
 from fold_guard.relax._engine.opt_level import QUICK_TARGET
 from fold_guard.relax._engine.strategy import Strategy, Way, choose_strategies
-from fold_guard.relax._pass import analyse
+from fold_guard.relax._translate import analyse
 
 KERNELS_ONLY = EngineOptions(host_copies=False, fills=False)
 DEFAULTS = EngineOptions()

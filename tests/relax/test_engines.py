@@ -8,6 +8,9 @@ mechanisms (shared kernels, ``-O0`` builds with guards, NumPy copies, row blocks
 kernel cache), compared here by ``tvm_ffi.structural_equal``, which compares constants' bytes
 (NaN payloads included). Then a fault is injected into each fast mechanism in turn: the output
 must still equal stock's, with the fallback counted in the report (RFC.md, guarantee 2).
+
+White-box on purpose: it tests the engines' mechanisms, each switched off or given a fault
+(``_engine``, ``_config``), a private mechanism.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from golden import calls_module
 from tvm import relax
 
 import fold_guard.relax as fgr
-from fold_guard._core.reasons import Reason
+from fold_guard import PlanInvariantError, Reason
+from fold_guard.relax import EngineOptions
 from fold_guard.relax._config import resolve_options
-from fold_guard.relax._engine import EngineOptions, cache, fast, host, library, row_blocks, strategy
+from fold_guard.relax._engine import cache, fast, host, library, row_blocks, strategy
 from fold_guard.relax._engine.reference import STOCK_SYMBOL
 
 try:
@@ -184,7 +188,6 @@ FAULTS = {
     "guard": (strategy.Strategy, "target_for"),
     "kernel cache build": (cache.KernelCache, "build"),
     "cache lookup": (cache.KernelCache, "lookup"),
-    "strategy": (fast, "choose_strategies"),
 }
 
 
@@ -195,9 +198,7 @@ def test_a_fault_in_a_fast_mechanism_is_counted_and_changes_no_bit(
 ):
     mod = calls_module(_mechanism_calls((64, 32), 9))
     stock = relax.transform.FoldConstant()(mod)
-    if where == "strategy":
-        monkeypatch.setattr(fast, "choose_strategies", lambda *a: {})
-    elif where == "kernel build":
+    if where == "kernel build":
         real = tvm.tirx.build
 
         def build_only_for_the_reference(module, target=None, **kwargs):
@@ -218,6 +219,17 @@ def test_a_fault_in_a_fast_mechanism_is_counted_and_changes_no_bit(
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any("reference engine" in m or "kernel cache" in m for m in logged), logged
     assert "fallback" in result.report.explain(verbose=False)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_folded_call_without_a_strategy_is_an_internal_error(tmp_path, monkeypatch, strict):
+    """A broken invariant of the fast engine is raised, not rerun on the reference engine."""
+    mod = calls_module(lambda: [relax.op.exp(relax.const(np.ones((2, 3), "float32")))])
+    before = mod.script()
+    monkeypatch.setattr(fast, "choose_strategies", lambda *a: {})
+    with pytest.raises(PlanInvariantError, match="no strategy for folded call"):
+        fgr.fold(mod, strict=strict, engine_options=_fast(tmp_path))
+    assert mod.script() == before
 
 
 def test_a_kernel_that_fails_for_stock_too_is_an_evaluation_failure(tmp_path) -> None:

@@ -7,6 +7,9 @@
 
 The corpus itself (well-formedness, determinism, what stock does to each module) is checked
 against the installed TVM by the tests that do not need fold_guard.
+
+White-box on purpose: it tests the engine options as ``_config`` resolves them, a private
+mechanism.
 """
 
 from __future__ import annotations

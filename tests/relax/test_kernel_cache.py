@@ -5,6 +5,9 @@
 
 Every fold here is also checked structurally equal to the stock pass, so the constants computed
 by cached kernels are the stock pass's bits.
+
+White-box on purpose: it tests the kernel cache (``_engine.cache``, ``_config``), a private
+mechanism.
 """
 
 from __future__ import annotations

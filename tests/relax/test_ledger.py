@@ -17,11 +17,12 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import fold_guard.relax as fgr
-from fold_guard._core.ledger import LEDGER_ATTR
-from fold_guard.relax._ledger import constant_key
 
 W = np.arange(-8, 8, dtype="int8").reshape(4, 4)
 H = np.linspace(-1, 1, 16, dtype="float16").reshape(4, 4)
+
+#: The module attribute the ledger is written to, as ``fold(..., ledger=True)`` documents it.
+LEDGER_ATTR = "fold_guard.ledger"
 
 
 @I.ir_module
@@ -56,7 +57,7 @@ def _through_pipeline(mod: tvm.IRModule, name: str) -> tvm.IRModule:
 
 def test_rows_of_a_small_module_say_what_each_weight_became():
     rows = _rows(fgr.fold(Mixed, policy="keep-qdq-weights", ledger=True).mod)
-    w, h = rows[constant_key(R.const(W))], rows[constant_key(R.const(H))]
+    w, h = rows[fgr.constant_key(R.const(W))], rows[fgr.constant_key(R.const(H))]
     assert (w.action, w.rule, w.dtype_before, w.dtype_after) == (
         "kept",
         "keep-dequantize-of-integer-constant",
@@ -71,14 +72,14 @@ def test_rows_of_a_small_module_say_what_each_weight_became():
         32,
     )
     assert h.rule == "keep-low-precision-weight-cast"
-    e = rows[constant_key(R.const(np.ones((4,), "float32")))]
+    e = rows[fgr.constant_key(R.const(np.ones((4,), "float32")))]
     assert (e.action, e.rule, e.dtype_after, e.bytes_after) == ("folded", "default", "float32", 16)
     assert len(rows) == 3
 
 
 def test_default_folds_back_to_fp32_and_says_so():
     rows = _rows(fgr.fold(Mixed, ledger=True).mod)
-    w = rows[constant_key(R.const(W))]
+    w = rows[fgr.constant_key(R.const(W))]
     assert (w.action, w.rule, w.dtype_before, w.dtype_after, w.bytes_after) == (
         "folded",
         "default",
@@ -123,7 +124,7 @@ def test_keys_are_the_constants_still_in_the_module(cnn):
     @relax.expr_functor.visitor
     class Constants(relax.PyExprVisitor):
         def visit_generic_const_(self, const):
-            present.add(constant_key(const))
+            present.add(fgr.constant_key(const))
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):

@@ -9,6 +9,9 @@ cast. The stock pass's mutator gives the call a binding of its own::
 and folds a nested call that can fold (``match_cast(exp(c), ...)`` becomes a match cast of a
 constant). fold_guard's output is structurally equal to stock's, by both engines, and the input
 module is not changed.
+
+White-box on purpose: it tests translation's normalization (``_translate.normalize``), a private
+mechanism.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from tvm import relax
 
 import fold_guard.relax as fgr
 from fold_guard import Reason
-from fold_guard.relax._normalize import hoist_match_cast_values
+from fold_guard.relax._translate.normalize import hoist_match_cast_values
 
 
 def _nested(make_call, ty) -> tvm.IRModule:

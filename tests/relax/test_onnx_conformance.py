@@ -20,6 +20,8 @@ the ones that once diverged); the whole corpus (1,884 cases each way; about two 
 its own lane::
 
     .venv/bin/python -m pytest -m conformance tests/relax/test_onnx_conformance.py -s
+
+White-box on purpose: it tests names read through ``_compat``, a private mechanism.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 import fold_guard.relax as fgr
-from fold_guard._core.reasons import Reason
+from fold_guard import Reason
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_model_zoo

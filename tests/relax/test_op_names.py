@@ -1,4 +1,8 @@
-"""The Relax table of op names the built-in policies read names only ops Relax registers."""
+"""The Relax table of op names the built-in policies read names only ops Relax registers.
+
+White-box on purpose: it tests the core's table of Relax op names (``_core.op_names``), a private
+mechanism.
+"""
 
 import pytest
 import tvm

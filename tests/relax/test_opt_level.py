@@ -5,6 +5,9 @@ LLVM nothing undefined (``fold_guard/relax/_engine/opt_level.py``); everything e
 as stock builds it. Each rule is checked both ways, and random values at the edges (infinities,
 NaN, zero and huge scales, the integer limits) must fold to stock's bits whichever level the
 kernel got.
+
+White-box on purpose: it tests the fast engine's choice of optimization level
+(``_engine.opt_level``, ``_engine.strategy``), a private mechanism.
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from tvm import relax
 import fold_guard.relax as fgr
 from fold_guard._core.planner import plan_folds
 from fold_guard._core.report import StepTimer
-from fold_guard.relax._engine import EngineOptions
+from fold_guard.relax import EngineOptions
 from fold_guard.relax._engine.opt_level import OPTIMIZED_TARGET, QUICK_BUILD_MAX_BYTES, QUICK_TARGET
 from fold_guard.relax._engine.strategy import choose_strategies
-from fold_guard.relax._pass import analyse
+from fold_guard.relax._translate import analyse
 
 
 def _kernels(mod: tvm.IRModule):

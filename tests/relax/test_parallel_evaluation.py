@@ -6,6 +6,9 @@
 
 Also the kernel build split over threads (``_engine/link.py``): every symbol of a library built
 in parts computes what the kernel built alone computes.
+
+White-box on purpose: it tests the fast engine's thread pool (``_engine.fast``, ``link``, ``run``),
+a private mechanism.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from tvm import relax, te
 
 import fold_guard
 import fold_guard.relax as fgr
-from fold_guard._core.reasons import Reason
+from fold_guard import Reason
 from fold_guard.relax._engine import fast, link, run
 from fold_guard.relax._engine.opt_level import OPTIMIZED_TARGET, QUICK_TARGET
 

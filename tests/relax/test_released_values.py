@@ -7,6 +7,9 @@
 
 The values dropped are the intermediate constants of a chain (a model's int8 weights between
 quantize and dequantize), so they need not all stay alive until the rewrite.
+
+White-box on purpose: it tests the fast engine's early release of values (``_engine.fast``), a
+private mechanism.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import fold_guard.relax as fgr
-from fold_guard._core.reasons import Reason
+from fold_guard import Reason
 from fold_guard.relax._engine.fast import FastEngine
 
 C = np.linspace(-1, 1, 4, dtype="float32")

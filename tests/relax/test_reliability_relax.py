@@ -179,7 +179,7 @@ def test_eight_threads_fold_like_one():
     threads) give the sequential results and no error. Before the fix they failed intermittently
     (``InternalError: no definition of I.GlobalVar("quantize")``, ``AssertionError``): TVM's
     BlockBuilder stack and TE op-tag scope are process-global. fold_guard now serialises its own
-    TVM work behind one lock (fold_guard/_serial.py)."""
+    TVM work behind one lock (fold_guard/_tvm/serial.py)."""
     distinct = [_qdq_module(rows) for rows in (3, 5, 6, 7)]
     entries = [
         lambda mod: fgr.fold(mod, policy="keep-qdq-weights").mod,

@@ -8,6 +8,9 @@ guarantees 1 and 2).
 and the cases that run whole: a kernel with a static or shared leading dim, a scale along the
 rows whose length is not the row count, a type NumPy cannot view, too few rows for two blocks
 that start on 64-byte boundaries.
+
+White-box on purpose: it tests the fast engine's row blocks (``_engine.row_blocks``, ``strategy``),
+a private mechanism.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from support.profiles import examples
 from tvm import relax
 
 import fold_guard.relax as fgr
+from fold_guard import Reason
 from fold_guard._core.graph import FoldNode, InputKind, NodeInput, TensorInfo
-from fold_guard._core.reasons import Reason
 from fold_guard.relax._engine import row_blocks as _row_blocks
 from fold_guard.relax._engine import strategy
 from fold_guard.relax._sites import CallSite, SiteKind

@@ -12,6 +12,9 @@ every other value; for these the call runs stock's own kernel. ONNX's ``LpPool``
 Each case is folded with the scalar as a literal constant and as a value folded earlier in the
 same pass (its value known only once evaluated), by both engines, and compared with stock by
 ``tvm_ffi.structural_equal`` (constants' bytes, NaN payloads included).
+
+White-box on purpose: it tests a stock rule of ``_stock`` (``value_shapes_kernel``), a private
+mechanism.
 """
 
 from __future__ import annotations

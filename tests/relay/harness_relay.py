@@ -14,7 +14,7 @@ from tvm import relay
 from tvm.contrib import graph_executor
 
 import fold_guard.relay as fgr
-from fold_guard.relay._evaluate import evaluation_target
+from fold_guard.relay._stock import evaluation_target
 
 __all__ = ["RELAY", "copy"]
 

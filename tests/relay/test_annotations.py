@@ -13,6 +13,8 @@ at most once where a decision is asserted.
 The issue asks for one contrast in particular: stock Relay ``FoldConstant`` folds straight
 through a plain identity op (registered here under a test-only name, exactly the way RFC.md's
 Appendix A describes), while ``fold_barrier`` holds under our pass and under a later stock pass.
+
+White-box on purpose: it tests the op registration (``_ops``), a private mechanism.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from tvm import relay
 
 import fold_guard
 import fold_guard.relay as fgr
-from fold_guard._core.reasons import Reason
+from fold_guard import Reason
 
 try:
     from tests.relay.corpus import (

@@ -19,11 +19,12 @@ from support.inprocess import run_cli
 from tvm import relay
 
 import fold_guard.relay as fgr
-from fold_guard._core.ledger import LEDGER_ATTR
-from fold_guard.relay._ledger import constant_key
 
 TARGET = "llvm -mtriple=x86_64-linux-gnu"  # hhb's LLVM defaults to riscv64
 W = np.linspace(-1.0, 1.0, 16, dtype="float32").reshape(4, 4)
+
+#: The module attribute the ledger is written to, as ``fold(..., ledger=True)`` documents it.
+LEDGER_ATTR = "fold_guard.ledger"
 
 
 def _qdq_dense() -> tvm.IRModule:
@@ -52,7 +53,7 @@ def test_a_weight_quantized_now_and_kept_behind_its_dequantize():
     rows = fgr.ledger(fgr.fold(_qdq_dense(), policy="keep-qdq-weights", ledger=True).mod)
     assert len(rows) == 1
     row = rows[0]
-    assert row.key == constant_key(relay.const(W))
+    assert row.key == fgr.constant_key(relay.const(W))
     assert (row.action, row.rule) == ("kept", "keep-dequantize-of-integer-constant")
     assert (row.dtype_before, row.shape_before, row.bytes_before) == ("float32", (4, 4), 64)
     assert (row.dtype_after, row.shape_after, row.bytes_after) == ("int8", (4, 4), 16)

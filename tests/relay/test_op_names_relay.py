@@ -1,4 +1,8 @@
-"""The Relay table of op names the built-in policies read names only ops Relay registers."""
+"""The Relay table of op names the built-in policies read names only ops Relay registers.
+
+White-box on purpose: it tests the core's table of Relay op names (``_core.op_names``), a private
+mechanism.
+"""
 
 import pytest
 import tvm

@@ -1,4 +1,4 @@
-"""RFC.md, guarantees 1 and 2, for calls that share kernels (``fold_guard/relay/_kernels.py``).
+"""RFC.md, guarantees 1 and 2, for calls that share kernels (``fold_guard/relay/_engine/kernels.py``).
 
 Elementwise calls of one signature are evaluated as one call on their flattened, concatenated
 operands whatever their shapes; other calls repeated with one exact signature share one
@@ -6,6 +6,9 @@ prepared function. Each elementwise op is checked here against stock ``FoldConst
 bit (structural equality compares constant bytes) on several shapes at once, with data that
 reaches the corners of its arithmetic: NaN, infinities, signed zeros, subnormals, halfway cases
 of rounding and values out of a cast's range.
+
+White-box on purpose: it tests the Relay engine's kernel sharing (``_engine.evaluate``,
+``_engine.kernels``), a private mechanism.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from tvm import relay
 import fold_guard
 import fold_guard.relay as fgr
 from fold_guard import Reason
-from fold_guard.relay import _evaluate, _kernels
+from fold_guard.relay._engine import evaluate as _evaluate
+from fold_guard.relay._engine import kernels as _kernels
 
 #: Shapes of one rank: not multiples of the x86 schedule's vector width of 16, one that is, one longer.
 SHAPES_2D = ((5, 3), (4, 32), (3, 37))

@@ -1,6 +1,6 @@
 """Evaluation: the one interface between the Relax adapter's translation and running kernels.
 
-Translation (``_walk``, ``_legalize``) hands an engine the call sites, the graph and a
+Translation (``_translate``) hands an engine the call sites, the graph and a
 :class:`~fold_guard.relax._sites.KernelSpec` per call; the adapter's driver then calls
 :meth:`Engine.prepare` once with the first plan (compile what it needs) and
 :meth:`Engine.evaluate` once per round of the core's re-plan loop. Nothing under this package

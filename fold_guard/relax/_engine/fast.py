@@ -8,7 +8,9 @@ Faults never change the output silently. When a fast mechanism fails for a call 
 a kernel that did not build, a row block, anything that raises while the call is prepared or
 run), the call is run again on the reference engine: its bits then are the reference's, and the
 fallback is counted in ``stats.fallbacks`` and logged at INFO. Only a call the reference engine
-cannot compute either (its kernel fails, as stock's would) becomes "evaluation failed". The one
+cannot compute either (its kernel fails, as stock's would) becomes "evaluation failed". A bug of
+this engine's own bookkeeping (a folded call with no strategy) is no fault of the evaluation: it
+raises :class:`~fold_guard.PlanInvariantError`, never retried. The one
 deliberate exception is a copy whose result the stock kernel leaves undefined
 (``host.UndefinedResultError``): that call is kept, as documented, instead of folding garbage.
 A call whose stock kernel is built around one of its 0-d operands' values (``strategy``'s
@@ -30,6 +32,7 @@ from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence,
 import tvm
 
 from ..._core.driver import pending_levels
+from ..._core.errors import PlanInvariantError
 from ..._core.graph import FoldGraph, FoldNode, InputKind, TensorInfo
 from ..._core.planner import FoldPlan, evaluation_error
 from .. import _compat
@@ -169,6 +172,8 @@ class FastEngine:
         strict: bool,
     ) -> Optional[List[object]]:
         """``node`` computed by the reference engine after ``fault``; None if it fails there too."""
+        if isinstance(fault, PlanInvariantError):
+            raise fault  # an internal bug, not a fault of the evaluation: never retried
         if isinstance(fault, UndefinedResultError):
             _fail(node, fault, failures, strict)
             return None
@@ -190,7 +195,10 @@ class FastEngine:
         site = self._sites[node.id]
         strategy = self._strategies.get(node.id)
         if strategy is None:
-            raise LookupError(f"no strategy for {node.label} = {node.op}")
+            raise PlanInvariantError(
+                f"the fast engine has no strategy for folded call {node.label} = {node.op}; "
+                "please report it"
+            )
         nbytes = sum(info.nbytes or 0 for info in node.outputs)
         if strategy.way is Way.FILL:  # reads no operand: a lazy one stays unwritten
             return self._fill(node, strategy, nbytes)

@@ -32,6 +32,13 @@ class EngineOptions:
     ``row_blocks``: a large quantize / dequantize split into row blocks over the threads.
     ``striped_transposes``: a large 2-D transpose copy done in cache-friendly stripes.
     ``pool_warm_up``: every pool thread started with the first large call (``run.Pool``).
+
+    ``fold(mod, engine_options=...)`` takes it, for tests and benchmarks: every switch at once.
+
+    >>> import dataclasses
+    >>> import fold_guard.relax as fgr
+    >>> fgr.EngineOptions().reference, dataclasses.replace(fgr.EngineOptions(), fills=False).fills
+    (False, False)
     """
 
     reference: bool = False

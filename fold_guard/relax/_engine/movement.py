@@ -24,7 +24,7 @@ If every tensor it loads holds one bit pattern in every element (a one-element c
 another fill) and its immediates have that bit pattern too, every element it writes has it:
 the call's result is known without running the kernel (``fills``).
 
-The walk reads node fields by name (``_unwritten`` does the same), so it needs no TIR visitor.
+The walk reads node fields by name (``fold_guard._tvm.unwritten`` does the same), so it needs no TIR visitor.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..._core.driver import pending_levels
+from ..._core.errors import PlanInvariantError
 from ..._core.graph import FoldGraph, FoldNode, InputKind
 from ..._core.planner import FoldPlan, evaluation_error
 from .. import _compat
@@ -75,6 +76,8 @@ class ReferenceEngine:
             for node in level:
                 try:
                     values[node.id] = self._compute(node, values, kernels.get(node.id))
+                except PlanInvariantError:
+                    raise  # an internal bug, not a failure of the call
                 except Exception as err:  # the call fails as stock's would: recorded
                     failures[node.id] = f"{type(err).__name__}: {err}".splitlines()[0]
                     if strict:

@@ -8,7 +8,7 @@ can run side by side, each writing its own rows of the one output tensor. Every 
 computed by the same compiled code, so no bit changes.
 
 A call is split only where that kernel takes fewer rows than the whole: its leading result dim
-is symbolic and no other dim shares it (a shape-generic kernel, see ``_shape_generic``), and only at
+is symbolic and no other dim shares it (a shape-generic kernel, see ``_translate.shape_generic``), and only at
 rows where every tensor a block reads or writes starts on a 64-byte boundary, as TVM requires of
 a tensor's data. BERT-tiny's 30522 x 128 word embedding is the case this is for: one call, alone
 in its dependency level, that would otherwise keep one thread busy while the other waits.

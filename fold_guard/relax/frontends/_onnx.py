@@ -1,7 +1,7 @@
 """ONNX into Relax with the name of the layer each call comes from, as the command names them.
 
 TVM's ``from_onnx`` names every binding ``lv<N>`` and records no spans; ``fold-guard`` recovers
-each call's ONNX node while it imports (``fold_guard.cli._layers``) and reports by layer. This
+each call's ONNX node while it imports (:mod:`._layers`) and reports by layer. This
 is that import for Python: the same module ``from_onnx`` gives, and the names, so that
 ``result.report.summary(layers=layers)`` reads as ``fold-guard inspect`` prints.
 """
@@ -39,7 +39,7 @@ def from_onnx_with_layers(
     """
     from tvm.relax.frontend.onnx import from_onnx
 
-    from ...cli._layers import attribute_bindings, record_onnx_conversions
+    from ._layers import attribute_bindings, record_onnx_conversions
 
     with record_onnx_conversions() as recorded:
         mod = from_onnx(model, **from_onnx_options)

@@ -27,7 +27,7 @@ import sys
 import warnings
 from typing import Any, Optional, Sequence
 
-from ._core.errors import UnsupportedIRError
+from .._core.errors import UnsupportedIRError
 
 __all__ = [
     "TIRX_DISTRIBUTION",

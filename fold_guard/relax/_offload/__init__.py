@@ -2,7 +2,7 @@
 
 The decision rules are the core's (:mod:`fold_guard._core.offload`,
 :mod:`fold_guard._core.offload_explain`); this module reads the table
-(:mod:`._offload_table`), describes the module's calls' arguments, and *tries* decisions: folds a
+(:mod:`.table`), describes the module's calls' arguments, and *tries* decisions: folds a
 tagged copy of the module (or, with weights as parameters, annotates, folds and lifts it) and
 runs the table on it with ``FuseOpsByPattern``. No device is needed: partitioning is matching.
 """
@@ -14,27 +14,26 @@ from typing import Dict, Optional, Tuple
 import tvm
 from tvm import relax
 
-from .._core.builtin_policies import DEFAULT_POLICY
-from .._core.offload import table_policy
-from .._core.offload_report import OffloadReport
-from .._core.pattern_match import Arg, LeafArg, StaticArg, TupleArg
-from .._core.policy import FoldPolicy
-from .._core.registry import PolicySpec
-from .._core.report import StepTimer
-from .._offload import OffloadAdapter, OffloadSession, TableBinder
-from .._serial import serialized
-from . import _compat
-from ._annotate import annotate
-from ._offload_table import (
+from ..._core.builtin_policies import DEFAULT_POLICY
+from ..._core.offload import table_policy
+from ..._core.offload_report import OffloadReport
+from ..._core.pattern_match import Arg, LeafArg, StaticArg, TupleArg
+from ..._core.policy import FoldPolicy
+from ..._core.registry import PolicySpec
+from ..._tvm.offload import OffloadAdapter, OffloadSession, TableBinder
+from ..._tvm.serial import serialized
+from .. import _compat
+from .._annotate import annotate
+from .._pass import fold
+from .._release import release_barriers
+from .._sites import SiteKind, Translation
+from .._translate import Analysis, analyse
+from .table import (
     TableLike,
     composites_of,
     resolve_table,
     tag_calls,
 )
-from ._pass import Analysis, analyse, fold
-from ._release import release_barriers
-from ._sites import SiteKind
-from ._walk import Translation
 
 __all__ = ["ADAPTER", "backend_policy", "call_arguments", "decided_module", "explain_offload"]
 
@@ -90,10 +89,10 @@ def _tagged(analysis: Analysis) -> tvm.IRModule:
     return tag_calls(analysis.mod, variables)
 
 
-#: The Relax steps of trying a table (``fold_guard._offload``).
+#: The Relax steps of trying a table (``fold_guard._tvm.offload``).
 ADAPTER = OffloadAdapter(
     analysis_type=Analysis,
-    analyse=lambda mod: analyse(mod, DEFAULT_POLICY, StepTimer()),
+    analyse=lambda mod: analyse(mod, DEFAULT_POLICY),
     tag=_tagged,
     arguments=lambda analysis: call_arguments(analysis.translation),
     decided=decided_module,

@@ -4,7 +4,7 @@ Stock ``FoldConstant`` legalizes, builds and runs each call on its own. Here cal
 *op signature*: the operator, its attributes, its static arguments, and for each tensor argument
 its dtype and, per dim, whether it is 0, 1 or larger (size-1 dims broadcast, so they must not
 hide behind a symbolic dim). A group whose members all share one shape gets a static kernel; a
-group of a shape-generic op (``_shape_generic``: elementwise ops, Q/DQ, broadcasts and
+group of a shape-generic op (:mod:`.shape_generic`: elementwise ops, Q/DQ, broadcasts and
 transposes) whose members differ in shape gets one kernel over symbolic shapes, which serves
 every member whose result shape it reproduces; everything else gets one static kernel per
 distinct shape. All requests go through one ``LegalizeOps``.
@@ -23,7 +23,7 @@ immediates, which gives the same bits except for the few values TVM or LLVM comp
 pass sees it: scalar constants are given to the legalizer as constants, because some legalizers
 (``astype``) then return a constant instead of a TIR call, and the stock pass does not fold those;
 a value that can matter (a zero divisor) gets a decision of its own. Which kernels may leave output
-unwritten is read here too (``fold_guard._unwritten``).
+unwritten is read here too (``fold_guard._tvm.unwritten``).
 """
 
 from __future__ import annotations
@@ -35,15 +35,17 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .._unwritten import (
+from ..._tvm.unwritten import (
     EMPTY_READ_DETAIL,
     EMPTY_REDUCTION_DETAIL,
     reads_empty_buffer,
     reduces_over_empty_axis,
 )
-from . import _compat
-from ._pending import pending_scalar_leaves
-from ._requests import (
+from .. import _compat
+from .._sites import CallSite, KernelSpec, PlanningFacts, SiteKind, StaticShapeVar
+from .._stock import legalized_call_tir, needs_scalar_decision, scalar_value_key
+from .pending import pending_scalar_leaves
+from .requests import (
     Request,
     leaf_shapes,
     leaf_type,
@@ -51,9 +53,7 @@ from ._requests import (
     make_request,
     unread_leaves,
 )
-from ._shape_generic import SHAPE_GENERIC_OPS, is_shape_generic
-from ._sites import CallSite, KernelSpec, PlanningFacts, SiteKind, StaticShapeVar
-from ._stock import legalized_call_tir, needs_scalar_decision, scalar_value_key
+from .shape_generic import SHAPE_GENERIC_OPS, is_shape_generic
 
 __all__ = [
     "SHAPE_GENERIC_OPS",
@@ -311,7 +311,7 @@ def legalize_candidates(
             leaves = unread_leaves(site, kernel.arg_map)
             if leaves:
                 unread[site.node_id] = leaves
-    # Step 4. Kernels whose result depends on memory nobody wrote (``fold_guard._unwritten``):
+    # Step 4. Kernels whose result depends on memory nobody wrote (``fold_guard._tvm.unwritten``):
     # only a zero-size operand can make one.
     unwritten: Dict[int, str] = {}
     for site in sites:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
 
-from ._core.ledger import (
+from .._core.ledger import (
     LEDGER_ATTR,
     LedgerRow,
     ledger_payload,
@@ -51,7 +51,8 @@ def read_ledger(mod: tvm.IRModule) -> List[LedgerRow]:
 
 def write_ledger(mod: tvm.IRModule, rows: Sequence[LedgerRow]) -> tvm.IRModule:
     """``mod`` with ``rows`` added to its ledger attribute (rows already there stay)."""
-    return mod.with_attr(LEDGER_ATTR, ledger_payload(rows, _payload(mod)))
+    present = _payload(mod)
+    return mod.with_attr(LEDGER_ATTR, ledger_payload(rows, present))
 
 
 def name_module_layers(mod: tvm.IRModule, layers: Mapping[Tuple[str, str], str]) -> tvm.IRModule:

@@ -2,7 +2,7 @@
 
 Relay lowers an op through its TE compute; this lowers one call's compute to TIR
 (``te_compiler.lower_to_primfunc``, the compute as a block-form PrimFunc) and asks
-:mod:`fold_guard._unwritten` whether a block that runs reads a zero-size buffer: ``resize2d`` or
+:mod:`fold_guard._tvm.unwritten` whether a block that runs reads a zero-size buffer: ``resize2d`` or
 ``take`` from an empty tensor reads outside it, and stock folds whatever lies there. Only calls
 with a zero-size tensor operand and a non-empty result are lowered (they are rare), and a call
 whose compute does not lower this way is taken as written. A reduction over an empty axis is
@@ -18,8 +18,8 @@ from typing import List
 import tvm
 from tvm import relay
 
-from .._unwritten import EMPTY_READ_DETAIL, reads_empty_buffer
-from ._stock import evaluation_target
+from ..._tvm.unwritten import EMPTY_READ_DETAIL, reads_empty_buffer
+from .._stock import evaluation_target
 
 __all__ = ["reads_memory_nobody_wrote"]
 

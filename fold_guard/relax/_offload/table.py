@@ -27,8 +27,8 @@ from tvm.relax.dpl import pattern as P
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.transform import FusionPattern
 
-from .._core.errors import PreconditionError
-from .._core.pattern_spec import (
+from ..._core.errors import PreconditionError
+from ..._core.pattern_spec import (
     AllOf,
     AnyValue,
     ConstantValue,
@@ -43,8 +43,7 @@ from .._core.pattern_spec import (
     TupleOf,
     Unread,
 )
-from . import _compat
-from ._read import read_attrs
+from .. import _compat
 
 __all__ = [
     "REGISTRY",
@@ -202,7 +201,7 @@ def read_attrs_dict(attrs: Any) -> Dict[str, object]:
     """An ``AttrPattern``'s attributes as plain values (a ``DictAttrs`` or an attrs node)."""
     if hasattr(attrs, "items"):
         return {str(k): _plain(v) for k, v in attrs.items()}
-    return read_attrs(attrs)
+    return _compat.read_attrs(attrs)
 
 
 def _plain(value: object) -> object:

@@ -27,8 +27,6 @@ limit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import (
     Dict,
     List,
@@ -36,17 +34,16 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    Union,
 )
 
 import tvm
 from tvm import relay
 
-from .._core.errors import UnsupportedIRError
-from .._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
-from .._core.reasons import Reason
-from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
-from ._read import (
+from ..._core.errors import UnsupportedIRError
+from ..._core.graph import Annotation, FoldNode, InputKind, NodeInput, TensorInfo
+from ..._core.reasons import Reason
+from .._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+from .._read import (
     checked_type,
     children,
     on_device_body,
@@ -55,7 +52,17 @@ from ._read import (
     static_shape,
     tensor_infos,
 )
-from ._stock import (
+from .._sites import (
+    CallSite,
+    ConstSource,
+    NodeSource,
+    RuntimeSource,
+    SiteKind,
+    Source,
+    Translation,
+    TupleSource,
+)
+from .._stock import (
     NDARRAY_SIZE_OP,
     SHAPE_OPS,
     is_primitive,
@@ -63,86 +70,9 @@ from ._stock import (
     static_shape_value,
     stock_rules,
 )
-from ._zero_size import reads_memory_nobody_wrote
+from .zero_size import reads_memory_nobody_wrote
 
-__all__ = [
-    "CallSite",
-    "ConstSource",
-    "NodeSource",
-    "RuntimeSource",
-    "SiteKind",
-    "Source",
-    "Translation",
-    "TupleSource",
-    "walk_relay",
-]
-
-
-# --- What a value is, as far as folding can tell -------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConstSource:
-    """A literal ``relay.Constant``."""
-
-    constant: relay.Constant
-
-
-@dataclass(frozen=True)
-class NodeSource:
-    """The output of FoldNode ``node`` (``index`` picks a field of a tuple-valued call)."""
-
-    node: int
-    index: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class RuntimeSource:
-    """Anything only known at run time: a parameter, a function call, a non-constant branch."""
-
-    label: str
-
-
-@dataclass(frozen=True)
-class TupleSource:
-    """A literal ``relay.Tuple``, field by field."""
-
-    fields: Tuple[Source, ...]
-
-
-Source = Union[ConstSource, NodeSource, RuntimeSource, TupleSource]
-
-
-class SiteKind(Enum):
-    """How a folded node gets its value."""
-
-    EVALUATE = "evaluate"  # run the call (with constant arguments) in the interpreter
-    ALLOW = "allow"  # fold_allow: the value is its operand's
-    SHAPE = "shape"  # shape_of / ndarray_size of a static type: cast of a known int32 value
-
-
-@dataclass(frozen=True)
-class CallSite:
-    """The Relay call behind FoldNode ``node_id`` and the sources of its arguments."""
-
-    node_id: int
-    function: str
-    call: relay.Call
-    kind: SiteKind
-    args: Tuple[Source, ...]
-    static_value: Optional[Tuple[int, ...]] = None  # SHAPE sites: the int32 data (shape or size)
-
-
-@dataclass(frozen=True)
-class Translation:
-    """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relay functions they came from."""
-
-    nodes: Tuple[FoldNode, ...]
-    sites: Tuple[CallSite, ...]
-    functions: Mapping[str, Tuple[relay.GlobalVar, relay.Function]]
-    #: ``If`` expressions whose condition is a node's output: once that node folds, stock picks
-    #: the branch, and what reads the ``If`` may fold too (see ``walk_relay``).
-    conditions: Mapping[relay.If, NodeSource] = field(default_factory=dict)
+__all__ = ["walk_relay"]
 
 
 class _Walker:

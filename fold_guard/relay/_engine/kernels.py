@@ -29,7 +29,7 @@ through the same pipeline, fresh PassContext and target as stock:
   constants into kernels), so each kernel is the one stock lowers for that call. Only ops whose
   lowering reads operand *types* qualify: QNN ops other than quantize / dequantize read tensor
   constants' values while canonicalizing (requantize's per-channel multipliers) and stay on the
-  batched path of :mod:`fold_guard.relay._evaluate`, which evaluates the very expression stock
+  batched path of :mod:`fold_guard.relay._engine.evaluate`, which evaluates the very expression stock
   evaluates.
 """
 
@@ -42,8 +42,8 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .._core.errors import PlanInvariantError
-from ._stock import evaluation_target
+from ..._core.errors import PlanInvariantError
+from .._stock import evaluation_target
 
 __all__ = [
     "ELEMENTWISE_OPS",

@@ -9,7 +9,7 @@ constant, as in the stock pass.
 
 Translation is two steps, because some facts of a node are only known once its call is
 legalized (whether it has a kernel, whether stock folds what the legalizer returns, which
-zero-size operands the kernel reads): :func:`walk_relax` describes every call binding, ``_legalize``
+zero-size operands the kernel reads): :func:`walk_relax` describes every call binding, :mod:`.legalize`
 legalizes the calls :meth:`Walk.candidates` names, and :meth:`Walk.translate` then builds every
 :class:`FoldNode` once, with those :class:`~fold_guard.relax._sites.PlanningFacts`.
 """
@@ -19,57 +19,46 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
+from typing import AbstractSet, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Set, Tuple
 
 import tvm
 from tvm import relax
 
-from .._core.errors import PreconditionError
-from .._core.graph import (
+from ..._core.errors import PreconditionError
+from ..._core.graph import (
     Annotation,
     FoldNode,
     NodeInput,
     TensorInfo,
     reachable_from_constants,
 )
-from .._core.reasons import Reason
-from . import _compat
-from ._leaves import OPAQUE, WEIGHT, Bound, Env, Leaves, Scope, add_leaf, bound_item
-from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
-from ._read import (
+from ..._core.reasons import Reason
+from .. import _compat
+from .._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+from .._sites import CallSite, PlanningFacts, SiteKind, Translation
+from .._stock import (
+    StockDecision,
+    lift_rule,
+    not_legalized_rule,
+    stock_rules,
+    weight_dims,
+    weight_parameter_start,
+)
+from .leaves import OPAQUE, WEIGHT, Bound, Env, Leaves, Scope, add_leaf, bound_item
+from .read import (
     KERNEL_CALL_OPS,
     attrs_of,
     callee_of,
     check_annotation,
-    check_call_tir,
     check_normalized,
     output_infos,
 )
-from ._sites import CallSite, PlanningFacts, SiteKind
-from ._stock import (
-    CALL_TIR_OP,
-    TENSOR_TO_SHAPE_OP,
-    default_decision,
-    lift_rule,
-    not_legalized_rule,
-    weight_dims,
-    weight_parameter_start,
-)
 
-__all__ = ["Translation", "Walk", "walk_relax"]
+__all__ = ["Walk", "walk_relax"]
 
-
-@dataclass(frozen=True)
-class Translation:
-    """The graph nodes (``sites[i]`` describes ``nodes[i]``) and the Relax functions they came from."""
-
-    nodes: Tuple[FoldNode, ...]
-    sites: Tuple[CallSite, ...]
-    functions: Mapping[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
-    #: nodes whose variable is used other than as a tensor operand of a call the graph holds (a
-    #: return value, a tuple, a match cast, a branch or closure that captures it): the rewrite
-    #: may need their values whatever their consumers do
-    escaping: FrozenSet[int] = frozenset()
+#: The annotation ops, and how a site of each is evaluated (fold_guard's, not stock's).
+_ANNOTATIONS = {FOLD_BARRIER_OP: Annotation.BARRIER, FOLD_ALLOW_OP: Annotation.ALLOW}
+_ANNOTATION_KINDS = {Annotation.BARRIER: SiteKind.BARRIER, Annotation.ALLOW: SiteKind.ALLOW}
 
 
 @dataclass(frozen=True)
@@ -83,21 +72,10 @@ class _Facts:
     outputs: Tuple[TensorInfo, ...]
     attrs: Mapping[str, object]
     annotation: Annotation
-    unfoldable: Optional[Reason]
-    unfoldable_detail: str
-    default_fold: bool
-    default_rule: str
+    stock: StockDecision
     lift_rule: str
     callee: str = ""
     op_pattern: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class _OpTraits:
-    """What the walk reads of an operator's registered attributes."""
-
-    legalizes: bool  # has FLegalize
-    impure: bool  # FPurity is registered and false
 
 
 @dataclass
@@ -109,18 +87,16 @@ class Walk:
     functions: Dict[str, Tuple[tvm.ir.GlobalVar, relax.Function]]
     #: see Translation.escaping
     escaping: Set[int] = field(default_factory=set)
-    #: per op name, read once per walk (an attribute read is an FFI call returning a function)
-    _op_traits: Dict[str, _OpTraits] = field(default_factory=dict, repr=False)
+    #: per (op name, attribute), read once per walk (an attribute read is an FFI call that can
+    #: return a function)
+    _op_attrs: Dict[Tuple[str, str], object] = field(default_factory=dict, repr=False)
 
-    def op_traits(self, name: str, op: tvm.ir.Op) -> _OpTraits:
-        traits = self._op_traits.get(name)
-        if traits is None:
-            purity = op.get_attr("FPurity")
-            traits = self._op_traits[name] = _OpTraits(
-                legalizes=op.get_attr("FLegalize") is not None,
-                impure=purity is not None and not bool(purity),
-            )
-        return traits
+    def op_attr(self, op: tvm.ir.Op, key: str) -> object:
+        """``op.get_attr(key)``, read once per walk."""
+        name = (op.name, key)
+        if name not in self._op_attrs:
+            self._op_attrs[name] = op.get_attr(key)
+        return self._op_attrs[name]
 
     def candidates(
         self, unread: Mapping[int, AbstractSet[int]] = MappingProxyType({})
@@ -130,7 +106,7 @@ class Walk:
         Reachability from constants as the planner sees it
         (:func:`~fold_guard._core.graph.reachable_from_constants`: a barrier's output is not
         constant), where a zero-size run-time tensor counts as constant (it has one possible
-        value), so does a leaf in ``unread`` (per node, the leaves ``_reads`` found its kernel
+        value), so does a leaf in ``unread`` (per node, the leaves :mod:`.reads` found its kernel
         does not read), and the output of a call fold_guard cannot evaluate at all does not.
         """
         opaque = {site.node_id for site in self.sites if site.kind is SiteKind.OTHER}
@@ -160,7 +136,7 @@ class Walk:
 def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
     """One FoldNode: the walk's facts, plus no kernel at all, or a kernel the stock pass would not use."""
     node_id = site.node_id
-    unfoldable, detail = facts.unfoldable, facts.unfoldable_detail
+    unfoldable, detail = facts.stock.unfoldable, facts.stock.detail
     if unfoldable is None and node_id in legalized.unsupported:
         unfoldable, detail = Reason.UNSUPPORTED, legalized.unsupported[node_id]
     if unfoldable is None and node_id in legalized.unwritten:
@@ -172,7 +148,7 @@ def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
             dataclasses.replace(inp, reads_value=False) if i in unread else inp
             for i, inp in enumerate(inputs)
         )
-    default_fold, default_rule = facts.default_fold, facts.default_rule
+    default_fold, default_rule = facts.stock.default_fold, facts.stock.default_rule
     if node_id in legalized.not_stock_foldable and default_fold:
         default_fold, default_rule = (
             False,
@@ -201,7 +177,7 @@ def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
 def walk_relax(mod: tvm.IRModule) -> Walk:
     """Walk every Relax function of ``mod`` and describe each call binding.
 
-    ``mod`` is an IRModule the pass has already checked (``_read.check_relax_module``).
+    ``mod`` is an IRModule the pass has already checked (:func:`.read.check_relax_module`).
     """
     walk = Walk([], [], {})
     for gvar, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
@@ -226,25 +202,27 @@ def _walk_function(mod: tvm.IRModule, name: str, func: relax.Function, out: Walk
         for index, param in enumerate(params)
     }
     dims = weight_dims(func, start) if start is not None else frozenset()
-    _walk_seq(mod, name, name, func.body, env, out, dims)
+    _walk_seq(_Place(mod, name, name, dims), func.body, env, out)
 
 
-def _walk_seq(
-    mod: tvm.IRModule,
-    name: str,
-    scope: str,
-    seq: relax.SeqExpr,
-    env: Scope,
-    out: Walk,
-    dims: FrozenSet[int] = frozenset(),
-) -> None:
+class _Place(NamedTuple):
+    """Where a sequence of bindings is: ``function`` is the module-level function the rewrite
+    changes, ``scope`` names a nested function in messages (``main/inner``), ``dims`` are the
+    symbolic variables the weight parameters define (``_stock.weight_dims``)."""
+
+    mod: tvm.IRModule
+    function: str
+    scope: str
+    dims: FrozenSet[int] = frozenset()
+
+
+def _walk_seq(place: _Place, seq: relax.SeqExpr, env: Scope, out: Walk) -> None:
     """Describe the bindings of ``seq``, recursing into If branches and nested functions.
 
     The stock pass visits those too; their bindings see the enclosing variables (``env`` is
-    copied, so a branch's bindings do not leak out of it). ``name`` is the module-level function
-    the rewrite changes; ``scope`` names the nested function in messages (``main/inner``).
-    ``dims`` are the symbolic variables the weight parameters define (``_stock.weight_dims``).
+    copied, so a branch's bindings do not leak out of it).
     """
+    scope = place.scope
     for block in seq.blocks[:]:
         in_dataflow = isinstance(block, relax.DataflowBlock)
         for binding in block.bindings[:]:
@@ -267,23 +245,21 @@ def _walk_seq(
             elif isinstance(value, relax.ShapeExpr):
                 env[key] = Env(Bound.SHAPE, value=value)
             elif isinstance(value, relax.Call):
-                node_id = len(out.sites)
-                site = _walk_call(
-                    mod, name, scope, var, value, args, in_dataflow, env, node_id, out, dims
-                )
+                site = _walk_call(place, var, value, args, in_dataflow, env, out)
                 out.sites.append(site)
-                env[key] = Env(Bound.NODE, node=node_id)
+                env[key] = Env(Bound.NODE, node=site.node_id)
             else:
                 _mark_escaping(value, env, out)
                 env[key] = bound_item(value, env)
                 if isinstance(value, relax.If):
                     for branch in (value.true_branch, value.false_branch):
                         if isinstance(branch, relax.SeqExpr):
-                            _walk_seq(mod, name, scope, branch, dict(env), out, dims)
+                            _walk_seq(place, branch, dict(env), out)
                 elif isinstance(value, relax.Function) and isinstance(value.body, relax.SeqExpr):
                     inner = dict(env)
                     inner.update({_compat.handle(p): OPAQUE for p in value.params[:]})
-                    _walk_seq(mod, name, f"{scope}/{label}", value.body, inner, out)
+                    nested = _Place(place.mod, place.function, f"{scope}/{label}")
+                    _walk_seq(nested, value.body, inner, out)
     if not _compat.has_type(seq.body):
         # a function built without a BlockBuilder (relax.Function(params, call)): TVM's
         # normalizer would write the types it infers into the caller's nodes
@@ -301,117 +277,66 @@ def _mark_escaping(expr: relax.Expr, env: Scope, out: Walk) -> None:
 
 
 def _walk_call(
-    mod: tvm.IRModule,
-    function: str,
-    scope: str,
+    place: _Place,
     var: relax.Var,
     call: relax.Call,
     args: List[relax.Expr],
     in_dataflow: bool,
     env: Scope,
-    node_id: int,
     out: Walk,
-    dims: FrozenSet[int] = frozenset(),
 ) -> CallSite:
-    label = _compat.var_name(var)
+    """Collect what one call binding reads; stock's rules (``_stock.stock_rules``) decide the rest."""
+    mod = place.mod
     op = call.op
     op_name = op.name if isinstance(op, tvm.ir.Op) else ""
-    kind = SiteKind.OTHER
+    outputs = output_infos(_compat.type_of(call))
+    annotation = _ANNOTATIONS.get(op_name, Annotation.NONE)
+    if annotation is Annotation.NONE:
+        stock = stock_rules(
+            call, mod=mod, in_dataflow=in_dataflow, outputs=outputs, op_attr=out.op_attr
+        )
+    else:  # ours, not stock's: the planner decides them first (RFC.md, Decisions, rows 1 and 5)
+        stock = StockDecision(_ANNOTATION_KINDS[annotation])
     leaves = Leaves()
     template_args: List[object] = []
-    unfoldable: Optional[Reason] = None
-    detail = ""
-    annotation = Annotation.NONE
-    callee, op_pattern = callee_of(mod, call) if op_name in KERNEL_CALL_OPS else ("", None)
-
-    if not op_name:
-        unfoldable, detail = (
-            Reason.UNSUPPORTED,
-            f"call to {op} is not an operator; only operators and call_tir fold",
-        )
-        display = _callee_name(op)
+    if stock.kind is SiteKind.CALL_TIR:
+        fields = args[1].fields[:] if isinstance(args[1], relax.Tuple) else [args[1]]
+        template_args = [add_leaf(arg, env, leaves) for arg in fields]
+    elif op_name:
+        template_args = [add_leaf(arg, env, leaves) for arg in args]
+    else:
         if isinstance(op, relax.Var):
             _mark_escaping(op, env, out)  # a closure computed by a call
         for arg in args:
             add_leaf(arg, env, leaves)
-    elif op_name == CALL_TIR_OP:
-        display = op_name
-        kind = SiteKind.CALL_TIR
-        unfoldable, detail = check_call_tir(mod, call)
-        fields = args[1].fields[:] if isinstance(args[1], relax.Tuple) else [args[1]]
-        template_args = [add_leaf(arg, env, leaves) for arg in fields]
-        if len(args) > 2:
-            unfoldable = unfoldable or Reason.DYNAMIC_SHAPE
-            detail = detail or "call_tir passes symbolic shape values (tir_vars)"
-    else:
-        display = op_name
-        if op_name in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
-            annotation = Annotation.BARRIER if op_name == FOLD_BARRIER_OP else Annotation.ALLOW
-            kind = SiteKind.BARRIER if annotation is Annotation.BARRIER else SiteKind.ALLOW
-        else:
-            kind = SiteKind.OP
-            if op_name == TENSOR_TO_SHAPE_OP:
-                kind = SiteKind.TENSOR_TO_SHAPE
-                arg_ty = _compat.type_of(args[0])
-                if (
-                    not isinstance(arg_ty, _compat.TensorType)
-                    or _compat.dtype_of(arg_ty) != "int64"
-                ):
-                    unfoldable, detail = (
-                        Reason.UNSUPPORTED,
-                        "tensor_to_shape folds only from an int64 tensor",
-                    )
-            elif not out.op_traits(op_name, op).legalizes:
-                kind = SiteKind.OTHER
-                unfoldable, detail = (
-                    Reason.UNSUPPORTED,
-                    f"{op_name} has no FLegalize, so it has no TIR kernel to evaluate",
-                )
-            elif out.op_traits(op_name, op).impure:
-                kind = SiteKind.OTHER
-                unfoldable, detail = Reason.IMPURE, f"{op_name} is impure"
-        template_args = [add_leaf(arg, env, leaves) for arg in args]
-
-    outputs = output_infos(_compat.type_of(call))
-    if unfoldable is None and kind in (SiteKind.OP, SiteKind.CALL_TIR):
-        if any(not info.is_static for info in outputs if info.dtype != "shape"):
-            unfoldable, detail = (
-                Reason.DYNAMIC_SHAPE,
-                f"result type {_compat.type_of(call)} has symbolic dims",
-            )
-
-    default_fold, default_rule = default_decision(
-        is_operator=kind in (SiteKind.OP, SiteKind.TENSOR_TO_SHAPE),
-        is_call_tir=kind is SiteKind.CALL_TIR,
-        in_dataflow=in_dataflow,
-        call=call,
-    )
+    callee, op_pattern = callee_of(mod, call) if op_name in KERNEL_CALL_OPS else ("", None)
+    label = _compat.var_name(var)
     out.escaping.update(leaves.escaping)
     out.facts.append(
         _Facts(
-            display,
+            op_name or _callee_name(op),
             label,
-            scope,
+            place.scope,
             tuple(leaves.inputs),
             outputs,
             attrs_of(call),
             annotation,
-            unfoldable,
-            detail,
-            default_fold,
-            default_rule,
+            stock,
             lift_rule(
-                op_name=op_name, in_dataflow=in_dataflow, ty=_compat.type_of(var), weight_dims=dims
+                op_name=op_name,
+                in_dataflow=in_dataflow,
+                ty=_compat.type_of(var),
+                weight_dims=place.dims,
             ),
             callee,
             op_pattern,
         )
     )
     return CallSite(
-        node_id,
-        function,
+        len(out.sites),
+        place.function,
         call,
-        kind,
+        stock.kind,
         var,
         in_dataflow,
         tuple(leaves.leaves),

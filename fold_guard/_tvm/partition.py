@@ -20,8 +20,8 @@ from typing import Callable, Generic, Hashable, Iterator, List, Sequence, Set, T
 
 import tvm
 
-from ._core.errors import PreconditionError
-from ._pass_context import PASS_NAME
+from .._core.errors import PreconditionError
+from .pass_context import PASS_NAME
 
 __all__ = [
     "FOLDING_PASSES",

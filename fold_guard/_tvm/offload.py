@@ -20,15 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
-from ._core.offload import Binding, TableRules, bind_tables, is_dequantize, unconfirmed_policy
-from ._core.offload_explain import Runs, explain_rows, plan_world
-from ._core.offload_report import OffloadReport, OffloadRow
-from ._core.pattern_match import Arg, AsDecided
-from ._core.planner import plan_folds
-from ._core.policy import FoldPolicy
-from ._core.reasons import Action
-from ._core.registry import PolicySpec, resolve_policy
-from ._partition import Partitioned
+from .._core.offload import Binding, TableRules, bind_tables, is_dequantize, unconfirmed_policy
+from .._core.offload_explain import Runs, explain_rows, plan_world
+from .._core.offload_report import OffloadReport, OffloadRow
+from .._core.pattern_match import Arg, AsDecided
+from .._core.planner import plan_folds
+from .._core.policy import FoldPolicy
+from .._core.reasons import Action
+from .._core.registry import PolicySpec, resolve_policy
+from .partition import Partitioned
 
 __all__ = ["OffloadAdapter", "OffloadSession", "TableBinder"]
 

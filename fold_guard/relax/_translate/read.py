@@ -1,8 +1,8 @@
 """What the adapter reads of a Relax module and its bindings: checks, tensor types, attributes.
 
 :func:`check_relax_module` is every entry point's first check (an IRModule of Relax functions).
-Small readers ``_walk`` uses for every call binding: the preconditions a binding must meet
-(well-formed annotations, a normalized body, a ``call_tir`` of one of the module's PrimFuncs),
+Small readers :mod:`.walk` uses for every call binding: the preconditions a binding must meet
+(well-formed annotations, a normalized body), the kernel a kernel call calls,
 the :class:`~fold_guard._core.graph.TensorInfo` of a type (remembered per type object, see
 ``_compat.remembering_types``), and a call's attributes as plain Python values, read on first
 use.
@@ -15,23 +15,20 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 import tvm
 from tvm import relax
 
-from .._adapter import check_module
-from .._core.errors import PreconditionError, UnsupportedIRError
-from .._core.graph import TensorInfo
-from .._core.reasons import Reason
-from . import _compat
-from ._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
+from ..._core.errors import PreconditionError, UnsupportedIRError
+from ..._core.graph import TensorInfo
+from ..._tvm.adapter import check_module
+from .. import _compat
+from .._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
 
 __all__ = [
     "KERNEL_CALL_OPS",
     "attrs_of",
     "callee_of",
     "check_annotation",
-    "check_call_tir",
     "check_normalized",
     "check_relax_module",
     "output_infos",
-    "read_attrs",
     "tensor_info",
 ]
 
@@ -91,15 +88,6 @@ def check_normalized(scope: str, label: str, value: relax.Expr, args: List[relax
         "normalize it itself, because TVM's normalizer writes types into the caller's nodes. "
         "Hint: run relax.transform.Normalize() first"
     )
-
-
-def check_call_tir(mod: tvm.IRModule, call: relax.Call) -> Tuple[Optional[Reason], str]:
-    callee = call.args[0]
-    if not isinstance(callee, tvm.ir.GlobalVar) or callee not in mod.functions:
-        return Reason.UNSUPPORTED, f"call_tir target {callee} is not a function of the module"
-    if not isinstance(mod[callee], tvm.tirx.PrimFunc):
-        return Reason.UNSUPPORTED, f"call_tir target {callee.name_hint} is not a PrimFunc"
-    return None, ""
 
 
 #: Ops whose first argument is the thing called (a PrimFunc's GlobalVar or an extern), with the
@@ -172,7 +160,7 @@ class _CallAttrs(Mapping[str, object]):
 
     def _read(self) -> Dict[str, object]:
         if self._values is None:
-            self._values = read_attrs(self._attrs)
+            self._values = _compat.read_attrs(self._attrs)
             self._attrs = None
         return self._values
 
@@ -195,28 +183,3 @@ class _CallAttrs(Mapping[str, object]):
 def attrs_of(call: relax.Call) -> Mapping[str, object]:
     attrs = call.attrs
     return {} if attrs is None else _CallAttrs(attrs)
-
-
-def read_attrs(attrs: tvm.ir.Attrs) -> Dict[str, object]:
-    result: Dict[str, object] = {}
-    for key in dir(attrs):
-        if key.startswith("_"):
-            continue
-        try:
-            value = getattr(attrs, key)
-        except Exception:  # noqa: BLE001 - reflection of arbitrary attrs; skip what does not read
-            continue
-        if callable(value):
-            continue
-        result[key] = _plain(value)
-    return result
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, (int, float, str, bool)) or value is None:
-        return value
-    if isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
-        return value.value
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "Array":
-        return tuple(_plain(v) for v in value)  # type: ignore[attr-defined]
-    return str(value)

@@ -22,7 +22,7 @@ from typing import Dict, List, Sequence, Tuple, Union
 from tvm.relax.dpl import pattern as P
 from tvm.relax.transform import FusionPattern
 
-from . import _compat
+from .. import _compat
 
 __all__ = ["WEIGHT_OPS", "absorb_weight_dequantize", "dequantized_constant"]
 

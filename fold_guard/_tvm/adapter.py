@@ -1,7 +1,7 @@
 """Scaffolding both adapters share: the pass object and the check that the input is a module.
 
 Each adapter's ``FoldConstant(...)`` is a module pass registered under the stock pass's name
-(:data:`~fold_guard._pass_context.PASS_NAME`) at the stock pass's ``opt_level``, carrying its
+(:data:`~fold_guard._tvm.pass_context.PASS_NAME`) at the stock pass's ``opt_level``, carrying its
 options, whose ``transform_module`` is the adapter's ``fold``; :func:`fold_constant_pass` builds
 it. :func:`check_module` refuses what is not an ``IRModule`` of the adapter's IR before anything
 reads it.
@@ -13,9 +13,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import tvm
 
-from ._core.errors import UnsupportedIRError
-from ._core.policy import FoldPolicy
-from ._pass_context import PASS_NAME
+from .._core.errors import UnsupportedIRError
+from .._core.policy import FoldPolicy
+from .pass_context import PASS_NAME
 
 __all__ = ["FoldConstantPass", "check_module", "fold_constant_pass"]
 

@@ -3,7 +3,7 @@
 The stock pass legalizes a call with its 0-d operands as constants, values included, and a
 legalizer may reject a value (a division's simplifier raises "Divide by zero" on a zero
 divisor). When such an operand is itself folded in this pass, its value is unknown while the
-plan is made: the planning legalization shows it as one (``_requests``), and the decision is
+plan is made: the planning legalization shows it as one (:mod:`.requests`), and the decision is
 made again on the real value once it is evaluated (:func:`check_pending_scalars`), before the
 plan is final. A call stock would not fold there is then kept, with stock's reason.
 
@@ -17,12 +17,12 @@ from typing import Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._core.graph import FoldGraph, InputKind
-from .._core.planner import FoldPlan
-from . import _compat
-from ._requests import leaf_type, legalize_requests, make_request
-from ._sites import CallSite, KernelSpec, SiteKind
-from ._stock import legalized_call_tir, not_legalized_rule
+from ..._core.graph import FoldGraph, InputKind
+from ..._core.planner import FoldPlan
+from .. import _compat
+from .._sites import CallSite, KernelSpec, SiteKind
+from .._stock import scalar_rule
+from .requests import leaf_type, legalize_requests, make_request
 
 __all__ = [
     "check_pending_scalars",
@@ -105,6 +105,5 @@ def stock_legalization_error(site: CallSite, scalars: Mapping[int, np.ndarray]) 
     )
     legalized, errors = legalize_requests({request.name: func})
     if request.name in errors:
-        return f"{errors[request.name]}; stock raises"
-    _, why = legalized_call_tir(legalized[request.name][request.name])
-    return not_legalized_rule(site.op_name, why) if why else None
+        return scalar_rule(site.op_name, None, errors[request.name])
+    return scalar_rule(site.op_name, legalized[request.name][request.name])

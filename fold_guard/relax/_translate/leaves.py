@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import tvm
 from tvm import relax
 
-from .._core.graph import InputKind, NodeInput, TensorInfo
-from . import _compat
-from ._read import tensor_info
-from ._sites import StaticShapeVar
+from ..._core.graph import InputKind, NodeInput, TensorInfo
+from .. import _compat
+from .._sites import StaticShapeVar
+from .read import tensor_info
 
 __all__ = ["OPAQUE", "WEIGHT", "Bound", "Env", "Leaves", "Scope", "add_leaf", "bound_item"]
 
@@ -36,10 +36,13 @@ class Leaves:
     escaping: List[int] = field(default_factory=list)
 
 
-def is_static_shape_var(arg: relax.Expr) -> bool:
+def static_shape_values(arg: relax.Expr) -> Optional[Tuple[int, ...]]:
+    """The values of a shape variable whose type gives them all (``s: R.Shape([3, 4])``), or None."""
     ty = _compat.type_of(arg)
     values = getattr(ty, "values", None) if isinstance(ty, _compat.ShapeType) else None
-    return values is not None and all(isinstance(v, tvm.tirx.IntImm) for v in values)
+    if values is None or not all(isinstance(v, tvm.tirx.IntImm) for v in values):
+        return None
+    return tuple(int(v.value) for v in values)
 
 
 class Bound(Enum):
@@ -93,8 +96,9 @@ def add_leaf(arg: relax.Expr, env: Scope, out: Leaves) -> object:
         return bound.value
     ty = _compat.type_of(arg)
     is_tensor = isinstance(ty, _compat.TensorType)
-    if bound is not None and not is_tensor and is_static_shape_var(arg):
-        return StaticShapeVar(arg)
+    shape_values = static_shape_values(arg) if bound is not None and not is_tensor else None
+    if shape_values is not None:
+        return StaticShapeVar(arg, shape_values)
     if bound is None and not is_tensor:
         return arg
     index = len(out.leaves)

@@ -22,8 +22,8 @@ import tvm
 from tvm import relay
 from tvm.relay import dataflow_pattern as P
 
-from .._core.errors import PreconditionError
-from .._core.pattern_spec import (
+from ..._core.errors import PreconditionError
+from ..._core.pattern_spec import (
     AnyValue,
     ConstantValue,
     Constrained,
@@ -36,7 +36,7 @@ from .._core.pattern_spec import (
     TupleOf,
     Unread,
 )
-from ._module import module_like
+from .._module import module_like
 
 __all__ = [
     "REGISTRY",

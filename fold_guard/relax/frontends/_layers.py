@@ -78,7 +78,7 @@ def attribute_bindings(
     """``(layers, sources)`` of ``main``'s bindings, each keyed by ``("main", label)``."""
     from tvm import relax
 
-    from ..relax import _compat
+    from .. import _compat
 
     if "main" not in [gvar.name_hint for gvar in mod.functions] or not recorded:
         return {}, {}

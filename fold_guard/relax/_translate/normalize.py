@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from . import _compat
+from .. import _compat
 
 __all__ = ["hoist_match_cast_values"]
 

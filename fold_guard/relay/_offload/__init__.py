@@ -2,7 +2,7 @@
 
 The Relay side of ``fold_guard.relax``'s: the decision rules are the core's
 (:mod:`fold_guard._core.offload`, :mod:`fold_guard._core.offload_explain`); this module reads
-the table (:mod:`._offload_table`), describes the calls' arguments, and tries decisions by
+the table (:mod:`.table`), describes the calls' arguments, and tries decisions by
 folding a tagged copy of the module and running ``MergeComposite`` on it (no device needed).
 Run a backend's own preprocessing first where it rewrites the graph (Arm Compute Library's
 ``preprocess_module``), and ``FakeQuantizationToInteger`` for tables of ``qnn.*`` patterns.
@@ -15,24 +15,24 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tvm
 from tvm import relay
 
-from .._core.builtin_policies import DEFAULT_POLICY
-from .._core.offload import table_policy
-from .._core.offload_report import OffloadReport
-from .._core.pattern_match import Arg, LeafArg, TupleArg
-from .._core.policy import FoldPolicy
-from .._core.registry import PolicySpec
-from .._core.report import StepTimer
-from .._offload import OffloadAdapter, OffloadSession, TableBinder
-from .._serial import serialized
-from ._offload_table import (
+from ..._core.builtin_policies import DEFAULT_POLICY
+from ..._core.offload import table_policy
+from ..._core.offload_report import OffloadReport
+from ..._core.pattern_match import Arg, LeafArg, TupleArg
+from ..._core.policy import FoldPolicy
+from ..._core.registry import PolicySpec
+from ..._tvm.offload import OffloadAdapter, OffloadSession, TableBinder
+from ..._tvm.serial import serialized
+from .._pass import fold
+from .._sites import SiteKind, Source, Translation, TupleSource
+from .._translate import Analysis, analyse
+from .table import (
     TableLike,
     composites_of,
     existing_offloads,
     resolve_table,
     tag_calls,
 )
-from ._pass import Analysis, analyse, fold
-from ._walk import SiteKind, Source, Translation, TupleSource
 
 __all__ = ["ADAPTER", "backend_policy", "call_arguments", "explain_offload"]
 
@@ -62,10 +62,10 @@ def _tagged(analysis: Analysis) -> tvm.IRModule:
     return tag_calls(analysis.mod, {site.call: site.node_id for site in analysis.translation.sites})
 
 
-#: The Relay steps of trying a table (``fold_guard._offload``).
+#: The Relay steps of trying a table (``fold_guard._tvm.offload``).
 ADAPTER = OffloadAdapter(
     analysis_type=Analysis,
-    analyse=lambda mod: analyse(mod, DEFAULT_POLICY, None, StepTimer()),
+    analyse=lambda mod: analyse(mod, DEFAULT_POLICY),
     tag=_tagged,
     arguments=lambda analysis: call_arguments(analysis.translation),
     decided=lambda tagged, policy: fold(tagged, policy=policy).mod,

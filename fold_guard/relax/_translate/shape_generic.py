@@ -7,8 +7,8 @@ shape and every value: :func:`is_shape_generic` says where.
 
 from __future__ import annotations
 
-from . import _compat
-from ._sites import CallSite
+from .. import _compat
+from .._sites import CallSite
 
 __all__ = ["SHAPE_GENERIC_OPS", "is_shape_generic"]
 

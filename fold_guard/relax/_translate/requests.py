@@ -1,6 +1,6 @@
 """The functions ``LegalizeOps`` sees: one call of a group over placeholder parameters.
 
-A :class:`Request` is a representative call of an op-signature group (``_legalize``) wrapped in
+A :class:`Request` is a representative call of an op-signature group (:mod:`.legalize`) wrapped in
 a private function: each tensor operand a parameter whose dims are sizes where every member
 agrees and shared symbolic variables where they differ, and, for a request that decides what
 stock would do, each 0-d operand the constant stock would show the legalizer.
@@ -17,8 +17,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import _compat
-from ._sites import CallSite, StaticShapeVar
+from .. import _compat
+from .._sites import CallSite, StaticShapeVar
 
 __all__ = [
     "Request",
@@ -71,7 +71,7 @@ def _dims_for(
 
     Two positions whose values agree across all members get the same var, so constraints such
     as "scale has as many elements as the quantized axis" still type-check. ``every_dim``
-    makes every dim larger than 1 a var, agreeing or not (``_reads``' probe).
+    makes every dim larger than 1 a var, agreeing or not (:mod:`.reads`' probe).
     """
     per_member = [leaf_shapes(site) for site in members]
     first = per_member[0]

@@ -5,7 +5,7 @@ Stock ``FoldConstant`` evaluates one call at a time with ``relay.backend.interpr
 one build), so every call pays for a whole compilation. Here, per dependency level:
 
 * elementwise calls of one signature (op, attributes, dtypes, scalar operands; see
-  :mod:`fold_guard.relay._kernels`) are evaluated as one call on their flattened, concatenated
+  :mod:`fold_guard.relay._engine.kernels`) are evaluated as one call on their flattened, concatenated
   operands, whatever their shapes, so each such signature compiles its kernels once;
 * other calls of one exact signature (repeated layers) are evaluated by one function prepared
   once through stock's pipeline and applied to each call's constants;
@@ -31,11 +31,13 @@ import numpy as np
 import tvm
 from tvm import relay
 
-from .._core.driver import pending_levels
-from .._core.errors import PlanInvariantError
-from .._core.graph import FoldGraph
-from .._core.planner import FoldPlan, evaluation_error
-from ._kernels import (
+from ..._core.driver import pending_levels
+from ..._core.errors import PlanInvariantError
+from ..._core.graph import FoldGraph
+from ..._core.planner import FoldPlan, evaluation_error
+from .._sites import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
+from .._stock import NDARRAY_SIZE_OP, evaluation_target
+from .kernels import (
     FlatForm,
     PreparedKernel,
     flat_calls,
@@ -45,10 +47,8 @@ from ._kernels import (
     scalar_key,
     unflatten,
 )
-from ._stock import NDARRAY_SIZE_OP, evaluation_target
-from ._walk import CallSite, ConstSource, NodeSource, SiteKind, Source, TupleSource
 
-__all__ = ["Values", "evaluate_plan", "evaluation_target", "materialize"]
+__all__ = ["Values", "evaluate_plan", "materialize"]
 
 #: node id -> the folded value: a ``relay.Constant``, or a ``relay.Tuple`` of them for tuple results.
 Values = Dict[int, relay.Expr]

@@ -9,14 +9,14 @@ a run-time tensor, and then drops what only it read (``zeros_like(exp(x))``: ``e
 
 Legalizing every call of a model as stock does would cost fold_guard most of its speed: a
 model's run-time calls are most of its calls. So the calls not reachable from constants are
-*probed*: one ``LegalizeOps`` over one request per op signature (``_legalize``'s grouping: the op,
+*probed*: one ``LegalizeOps`` over one request per op signature (:mod:`.legalize`'s grouping: the op,
 its attributes, its static arguments, per leaf the dtype and per dim 0, 1 or larger), each
 request with every dim larger than 1 symbolic, so a signature's calls of every shape share one
 legalization. Where the symbolic legalization does not give one ``call_tir``, each distinct
 shape is legalized statically instead. A leaf missing from the kernel's arguments is *unread*:
 it counts as constant when the walk picks the calls to legalize (``Walk.candidates``). Whether
 a call folds is then decided on its own static legalization, as for every candidate
-(``_legalize``, ``PlanningFacts.unread``): the probe only chooses which calls are worth it.
+(:mod:`.legalize`, ``PlanningFacts.unread``): the probe only chooses which calls are worth it.
 
     x: R.Tensor((4, 4))        run-time
     lv = R.exp(x)              probed: its kernel reads x        -> not constant
@@ -30,13 +30,13 @@ from typing import AbstractSet, Dict, FrozenSet, List, Sequence, Tuple
 
 from tvm import relax
 
-from .._core.graph import Annotation
-from . import _compat
-from ._legalize import _signature, _split_by_shape
-from ._requests import Request, leaf_shapes, legalize_requests, make_request, unread_leaves
-from ._sites import CallSite, SiteKind
-from ._stock import legalized_call_tir
-from ._walk import Walk
+from ..._core.graph import Annotation
+from .. import _compat
+from .._sites import CallSite, SiteKind
+from .._stock import legalized_call_tir
+from .legalize import _signature, _split_by_shape
+from .requests import Request, leaf_shapes, legalize_requests, make_request, unread_leaves
+from .walk import Walk
 
 __all__ = ["probe_sites", "probe_unread"]
 
@@ -55,7 +55,7 @@ def probe_sites(walk: Walk, candidates: AbstractSet[int]) -> List[CallSite]:
         for site, facts in zip(walk.sites, walk.facts)
         if site.kind is SiteKind.OP
         and site.node_id not in candidates
-        and facts.unfoldable is None
+        and facts.stock.unfoldable is None
         and all(info.is_static for info in facts.outputs)
         and all(shape is not None and None not in shape for shape in leaf_shapes(site))
         and not any(inp.node in barriers for inp in facts.inputs if inp.node is not None)
