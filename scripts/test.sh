@@ -37,9 +37,9 @@
 #         folded, stock's fold of each several seconds and about 1.5 GiB; the full lane runs the
 #         six smaller ones, marked slow); hypothesis's `ci` profile (conftest.py: a quarter of each property test's
 #         examples, derandomized); the 30 slowest tests of each run listed. A clean clone's
-#         `CI=true bash .ci/run` on the idle 2-core machine (2026-12-06): 793 s in all; setup
-#         60 s (both environments side by side, pip's cache warm), then Relax 647 s (1,555
-#         tests) beside Relay 634 s (1,138), then the smoke lanes, 42-56 s per Python (478 tests
+#         `CI=true bash .ci/run` on the idle 2-core machine (2026-12-06): 1,035 s in all; setup
+#         88 s (both environments side by side, pip's cache warm), then Relax 947 s (1,896
+#         tests) beside Relay 774 s (1,157), then the smoke lanes, 46-62 s per Python (520 tests
 #         each), 3.14 skipped.
 #   fast  (for development; the same selection plain `pytest` makes in either environment):
 #         pyproject's addopts leave out the tests marked `slow` (whole models, seconds each),
