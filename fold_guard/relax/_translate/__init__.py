@@ -6,15 +6,16 @@ stages after it read:
 0. preconditions (:func:`check_relax_module`: an IRModule of Relax functions; under ``strict`` a
    well-formed one) and the policy resolved;
 1. what the stock pass normalizes in passing (:mod:`.normalize`), then every call binding
-   described (:mod:`.walk`, its operands by :mod:`.leaves`, its reads by :mod:`.read`, stock's
-   per-call rules asked once per call);
+   checked and described (:mod:`.walk`, its operands by :mod:`.leaves`, stock's per-call rules
+   asked once per call);
 2. the calls that could fold legalized once per op signature (:mod:`.legalize` over
    :mod:`.requests`; :mod:`.shape_generic` says which ops one symbolic kernel may serve), the
    calls on run-time values probed first for operands their kernel only reads the type of
    (:mod:`.reads`), and the calls whose stock decision waits for a scalar folded in this same
-   pass noted (:mod:`.pending`);
-3. every graph node built once, with what legalization found; a backend table's rules settled
-   on the module.
+   pass noted (:mod:`.pending`; :meth:`Analysis.stock_failures` decides them once it is
+   evaluated);
+3. every graph node built once, with what legalization found, and the nodes whose values must
+   be kept (:attr:`Analysis.kept`); a backend table's rules settled on the module.
 
 Nothing here imports the engine, the rewrite or the coordinator (``tests/test_import_graph.py``).
 """
@@ -29,21 +30,41 @@ import tvm
 from tvm import relax
 
 from ..._core.errors import PreconditionError
-from ..._core.graph import FoldGraph
+from ..._core.graph import FoldGraph, InputKind
 from ..._core.offload import bind_tables
 from ..._core.planner import FoldPlan
 from ..._core.policy import FoldPolicy
 from ..._core.registry import PolicySpec, resolve_policy
 from ..._core.report import StepTimer
+from ..._tvm.adapter import check_module
 from .._sites import KernelSpec, Translation
 from .legalize import legalize_candidates
 from .normalize import hoist_match_cast_values
-from .pending import check_pending_scalars, scalar_sources
-from .read import check_relax_module
+from .pending import stock_legalization_error
 from .reads import probe_sites, probe_unread
 from .walk import walk_relax
 
 __all__ = ["Analysis", "analyse", "check_relax_module"]
+
+
+def check_relax_module(mod: object) -> None:
+    """Refuse anything but an IRModule of Relax functions, PrimFuncs and externs."""
+    check_module(
+        mod,
+        "fold_guard.relax",
+        (relax.Function, tvm.tirx.PrimFunc, relax.ExternFunc),
+        not_module_hint="wrap a Relax function with tvm.IRModule({'main': func})",
+        other_ir_hint=" (a Relay module? this release folds Relax only)",
+        importers=IMPORTERS,
+    )
+
+
+#: The frontend call that makes a module of a model passed as it is, by the model's type.
+IMPORTERS = {
+    "onnx.ModelProto": "tvm.relax.frontend.onnx.from_onnx(model, keep_params_in_input=False)",
+    "torch.ExportedProgram": "tvm.relax.frontend.torch.from_exported_program(program, "
+    "custom_convert_map=fold_guard.relax.frontends.torch_quantized_convert_map())",
+}
 
 
 @dataclass(frozen=True)
@@ -72,8 +93,30 @@ class Analysis:
     ) -> Dict[int, str]:
         """The folded calls of ``plan`` the stock pass would not fold, judged on the values of the
         scalars folded in this same pass (:mod:`.pending`): where stock's legalization rejects the
-        value, the call is kept with stock's reason, as an evaluation that failed."""
-        return check_pending_scalars(self.translation.sites, self.pending_scalars, plan, values)
+        value, the call is kept with stock's reason, as an evaluation that failed.
+
+        Judged wherever those values are known, whether or not the call itself was evaluated (an
+        engine that legalizes on the values, as stock does, fails such a call with the
+        legalizer's error; stock's reason takes its place).
+        """
+        found: Dict[int, str] = {}
+        nodes = plan.graph.nodes
+        for decision in plan.folded:
+            leaves = self.pending_scalars.get(decision.node)
+            if not leaves:
+                continue
+            inputs = nodes[decision.node].inputs
+            scalars = {
+                leaf: values[inputs[leaf].source][0].numpy()  # type: ignore[attr-defined]
+                for leaf in leaves
+                if inputs[leaf].kind is InputKind.NODE and inputs[leaf].source in values
+            }
+            if len(scalars) != len(leaves):
+                continue
+            why = stock_legalization_error(self.translation.sites[decision.node], scalars)
+            if why is not None:
+                found[decision.node] = why
+        return found
 
 
 def analyse(
@@ -117,7 +160,14 @@ def analyse(
     # Part 3. Build the graph's nodes, each once, with what legalization found.
     translation = walk.translate(legalized.facts)
     graph = FoldGraph(translation.nodes)
-    kept = translation.escaping | scalar_sources(graph, legalized.pending_scalars)
+    nodes = graph.nodes
+    # kept too: the scalars a pending stock decision reads (``stock_failures``), until it has
+    kept = translation.escaping | frozenset(
+        nodes[node].inputs[leaf].source
+        for node, leaves in legalized.pending_scalars.items()
+        for leaf in leaves
+        if nodes[node].inputs[leaf].kind is InputKind.NODE
+    )
     analysis = Analysis(
         mod, translation, graph, policy, legalized.kernels, kept, legalized.pending_scalars
     )

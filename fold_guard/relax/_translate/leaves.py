@@ -1,16 +1,20 @@
-"""What a variable is bound to as the walk sees it, and a call's tensor arguments as node inputs.
+"""What the walk reads of one call: its operands as node inputs, its results, callee and attributes.
 
 The walk keeps, per variable in scope, what it is bound to (:class:`Env`: a constant, a call
 binding's result, a ``ShapeExpr``, or something opaque such as a parameter), and turns each
 argument of a call into leaves (:func:`add_leaf`): the node's typed inputs, the constants they
-hold, and the call's arguments as a template with each tensor replaced by its leaf index.
+hold, and the call's arguments as a template with each tensor replaced by its leaf index. A
+type's :class:`~fold_guard._core.graph.TensorInfo` (:func:`tensor_info`, remembered per type
+object, see ``_compat.remembering_types``) serves the operands and the results alike; the kernel
+a kernel call calls (:func:`callee_of`) and a call's attributes (:func:`attrs_of`, read on first
+use) complete the node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -19,9 +23,38 @@ from tvm import relax
 from ..._core.graph import InputKind, NodeInput, TensorInfo
 from .. import _compat
 from .._sites import StaticShapeVar
-from .read import tensor_info
 
-__all__ = ["OPAQUE", "WEIGHT", "Bound", "Env", "Leaves", "Scope", "add_leaf", "bound_item"]
+__all__ = [
+    "KERNEL_CALL_OPS",
+    "OPAQUE",
+    "WEIGHT",
+    "Bound",
+    "CallAttrs",
+    "Env",
+    "Leaves",
+    "Scope",
+    "add_leaf",
+    "attrs_of",
+    "bound_item",
+    "callee_name",
+    "callee_of",
+    "output_infos",
+    "tensor_info",
+]
+
+
+#: Ops whose first argument is the thing called (a PrimFunc's GlobalVar or an extern), with the
+#: tensor operands in a tuple after it: calls into a kernel rather than an operator.
+KERNEL_CALL_OPS = frozenset(
+    {
+        "relax.call_tir",
+        "relax.call_tir_inplace",
+        "relax.call_tir_with_grad",
+        "relax.call_dps_packed",
+        "relax.call_pure_packed",
+        "relax.call_inplace_packed",
+    }
+)
 
 
 @dataclass
@@ -155,3 +188,94 @@ def _zero_size_constant(
     shape = tuple(int(d or 0) for d in tensor.shape)
     # the dtype given twice: TVM types an empty NumPy array of float64 as float32 otherwise
     return relax.const(np.zeros(shape, tensor.dtype), tensor.dtype)
+
+
+def tensor_info(ty) -> TensorInfo:
+    # a call's result type is also the type of its variable, read again by every consumer
+    return _compat.remembered(ty, "tensor_info", _read_tensor_info)
+
+
+def _read_tensor_info(ty) -> TensorInfo:
+    return TensorInfo.of(_compat.dtype_of(ty), _compat.static_shape(ty))
+
+
+def output_infos(ty) -> Tuple[TensorInfo, ...]:
+    return tuple(
+        tensor_info(leaf)
+        if isinstance(leaf, _compat.TensorType)
+        else TensorInfo(
+            "shape" if isinstance(leaf, _compat.ShapeType) else type(leaf).__name__, None, 0
+        )
+        for leaf in _compat.flatten_types(ty)
+    )
+
+
+def callee_name(callee: relax.Expr) -> str:
+    """What a call of something other than an operator is named by in the graph (its op)."""
+    if isinstance(callee, tvm.ir.GlobalVar):
+        return callee.name_hint
+    if isinstance(callee, relax.Var):
+        return _compat.var_name(callee)
+    return type(callee).__name__
+
+
+class CallAttrs(Mapping[str, object]):
+    """A call's attributes as plain Python values (``FoldNode.attrs``), read on first use.
+
+    Reading them is reflection over the attrs object, an FFI read per field (tens of
+    microseconds a call), and only a policy that looks at attributes needs them: none of the
+    built-in ones does. Attrs objects are immutable, so reading late gives what reading early
+    would have.
+    """
+
+    __slots__ = ("_attrs", "_values")
+
+    def __init__(self, attrs: tvm.ir.Attrs):
+        self._attrs: Optional[tvm.ir.Attrs] = attrs
+        self._values: Optional[Dict[str, object]] = None
+
+    def _read(self) -> Dict[str, object]:
+        if self._values is None:
+            self._values = _compat.read_attrs(self._attrs)
+            self._attrs = None
+        return self._values
+
+    def __getitem__(self, key: str) -> object:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __repr__(self) -> str:
+        return repr(self._read())
+
+    def __reduce__(self):
+        return (dict, (self._read(),))
+
+
+def callee_of(mod: tvm.IRModule, call: relax.Call) -> Tuple[str, Optional[int]]:
+    """The kernel a kernel call calls, and its ``op_pattern`` where ``AnnotateTIROpPattern`` set one.
+
+    The name is the PrimFunc's ``global_symbol`` (what TVM's fusions read as ``name_hint`` is the
+    GlobalVar's; a module keeps the two equal), else the GlobalVar's name, or an extern's name.
+    """
+    callee = call.args[0] if call.args else None
+    if isinstance(callee, relax.ExternFunc):
+        return str(callee.global_symbol), None
+    if not isinstance(callee, tvm.ir.GlobalVar):
+        return "", None
+    func = mod.functions.get(callee) if callee in mod.functions else None
+    attrs = getattr(func, "attrs", None)
+    symbol = attrs.get("global_symbol") if attrs is not None else None
+    pattern = attrs.get("op_pattern") if attrs is not None else None
+    name = str(symbol) if symbol is not None else callee.name_hint
+    return name, None if pattern is None else int(pattern)
+
+
+def attrs_of(call: relax.Call) -> Mapping[str, object]:
+    """A call's attributes, read on first use (:class:`CallAttrs`)."""
+    attrs = call.attrs
+    return {} if attrs is None else CallAttrs(attrs)

@@ -44,14 +44,12 @@ from ..._tvm.unwritten import (
 from .. import _compat
 from .._sites import CallSite, KernelSpec, PlanningFacts, SiteKind, StaticShapeVar
 from .._stock import legalized_call_tir, needs_scalar_decision, scalar_value_key
-from .pending import pending_scalar_leaves
 from .requests import (
     Request,
     leaf_shapes,
     leaf_type,
     legalize_requests,
     make_request,
-    unread_leaves,
 )
 from .shape_generic import SHAPE_GENERIC_OPS, is_shape_generic
 
@@ -59,6 +57,7 @@ __all__ = [
     "SHAPE_GENERIC_OPS",
     "Legalization",
     "legalize_candidates",
+    "unread_leaves",
 ]
 
 
@@ -302,29 +301,39 @@ def legalize_candidates(
     retries = _collect(requests, kernels, facts)
     if retries:
         _collect(retries, kernels, facts)
-    # Step 3. Leaves the kernel never reads do not stop a fold (stock folds a legalized call
-    # whose arguments are all constants): ``zeros_like(x)`` of a run-time ``x``.
+    # Step 3. What each kernel makes of its call's leaves, their static shapes read once:
     unread: Dict[int, Tuple[int, ...]] = {}
+    unwritten: Dict[int, str] = {}
+    pending: Dict[int, Tuple[int, ...]] = {}
     for site in sites:
         kernel = kernels.get(site.node_id)
-        if kernel is not None and site.kind is SiteKind.OP:
+        if kernel is None:
+            continue
+        shapes = leaf_shapes(site)
+        if site.kind is SiteKind.OP:
+            # leaves it never reads do not stop a fold (stock folds a legalized call whose
+            # arguments are all constants): ``zeros_like(x)`` of a run-time ``x``
             leaves = unread_leaves(site, kernel.arg_map)
             if leaves:
                 unread[site.node_id] = leaves
-    # Step 4. Kernels whose result depends on memory nobody wrote (``fold_guard._tvm.unwritten``):
-    # only a zero-size operand can make one.
-    unwritten: Dict[int, str] = {}
-    for site in sites:
-        kernel = kernels.get(site.node_id)
-        if kernel is not None and _has_zero_size_leaf(site):
+            # its decision read a stand-in for a 0-d operand not yet evaluated (``.pending``)
+            leaves = tuple(
+                i
+                for i, (constant, shape) in enumerate(zip(site.leaf_constants, shapes))
+                if constant is None and shape == ()
+            )
+            if leaves:
+                pending[site.node_id] = leaves
+        # its result depends on memory nobody wrote (``fold_guard._tvm.unwritten``): only a
+        # zero-size operand can make one
+        if any(0 in (shape or ()) for shape in shapes):
             why = _unwritten_detail(kernel.prim_func)
             if why:
                 unwritten[site.node_id] = why
-    # Step 5. Calls whose decision read a stand-in for a scalar not yet evaluated.
     return Legalization(
         kernels,
         PlanningFacts(facts.unsupported, facts.not_stock_foldable, unread, unwritten),
-        pending_scalar_leaves(sites, kernels),
+        pending,
     )
 
 
@@ -334,8 +343,17 @@ def _unwritten_detail(prim_func: tvm.tirx.PrimFunc) -> str:
     return EMPTY_READ_DETAIL if reads_empty_buffer(prim_func) else ""
 
 
-def _has_zero_size_leaf(site: CallSite) -> bool:
-    return any(0 in (shape or ()) for shape in leaf_shapes(site))
+def unread_leaves(site: CallSite, arg_map: Sequence[object]) -> Tuple[int, ...]:
+    """The leaves of ``site`` that a kernel with ``arg_map`` does not read, literal constants aside.
+
+    A zero-size leaf counts (its stand-in constant is not one of the call's).
+    """
+    read = {a for a in arg_map if isinstance(a, int)}
+    return tuple(
+        i
+        for i, constant in enumerate(site.leaf_constants)
+        if i not in read and (constant is None or i in site.zero_size_leaves)
+    )
 
 
 def _module_kernel(mod: tvm.IRModule, site: CallSite) -> KernelSpec:

@@ -34,8 +34,8 @@ from ..._core.graph import Annotation
 from .. import _compat
 from .._sites import CallSite, SiteKind
 from .._stock import legalized_call_tir
-from .legalize import _signature, _split_by_shape
-from .requests import Request, leaf_shapes, legalize_requests, make_request, unread_leaves
+from .legalize import _signature, _split_by_shape, unread_leaves
+from .requests import Request, leaf_shapes, legalize_requests, make_request
 from .walk import Walk
 
 __all__ = ["probe_sites", "probe_unread"]

@@ -11,7 +11,7 @@ that raises.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tvm
@@ -26,7 +26,6 @@ __all__ = [
     "leaf_type",
     "legalize_requests",
     "make_request",
-    "unread_leaves",
 ]
 
 
@@ -49,19 +48,6 @@ class Request:
     for_decision: bool = False
     #: each symbolic dim var, with its value for every member (in member order)
     dim_values: Dict[tvm.tirx.Var, Tuple[int, ...]] = field(default_factory=dict)
-
-
-def unread_leaves(site: CallSite, arg_map: Sequence[object]) -> Tuple[int, ...]:
-    """The leaves of ``site`` that a kernel with ``arg_map`` does not read, literal constants aside.
-
-    A zero-size leaf counts (its stand-in constant is not one of the call's).
-    """
-    read = {a for a in arg_map if isinstance(a, int)}
-    return tuple(
-        i
-        for i, constant in enumerate(site.leaf_constants)
-        if i not in read and (constant is None or i in site.zero_size_leaves)
-    )
 
 
 def _dims_for(
@@ -150,7 +136,7 @@ def _scalar_constant(
     value. A scalar still pending (folded in this pass, not yet evaluated) stands in as one:
     legalizers look at the value only to reject it (a division's simplifier raises "Divide by
     zero" on a zero divisor), and one is a value none rejects. Such a call's decision is made
-    again on its real value once that is known (:func:`pending_scalars`,
+    again on its real value once that is known (``Legalization.pending_scalars``,
     :func:`stock_legalization_error`).
     """
     if index in scalars:

@@ -12,6 +12,9 @@ legalized (whether it has a kernel, whether stock folds what the legalizer retur
 zero-size operands the kernel reads): :func:`walk_relax` describes every call binding, :mod:`.legalize`
 legalizes the calls :meth:`Walk.candidates` names, and :meth:`Walk.translate` then builds every
 :class:`FoldNode` once, with those :class:`~fold_guard.relax._sites.PlanningFacts`.
+
+Each binding is checked where the walk meets it (a well-formed annotation, a normalized body);
+what a call reads and is (operands, result types, callee, attributes) is read by :mod:`.leaves`.
 """
 
 from __future__ import annotations
@@ -24,17 +27,11 @@ from typing import AbstractSet, Dict, FrozenSet, List, Mapping, NamedTuple, Opti
 import tvm
 from tvm import relax
 
-from ..._core.errors import PreconditionError
-from ..._core.graph import (
-    Annotation,
-    FoldNode,
-    NodeInput,
-    TensorInfo,
-    reachable_from_constants,
-)
+from ..._core.errors import PreconditionError, UnsupportedIRError
+from ..._core.graph import Annotation, FoldNode, NodeInput, TensorInfo, reachable_from_constants
 from ..._core.reasons import Reason
 from .. import _compat
-from .._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP
+from .._ops import FOLD_ALLOW_OP, FOLD_BARRIER_OP, non_tensor_operand_error
 from .._sites import CallSite, PlanningFacts, SiteKind, Translation
 from .._stock import (
     StockDecision,
@@ -44,13 +41,19 @@ from .._stock import (
     weight_dims,
     weight_parameter_start,
 )
-from .leaves import OPAQUE, WEIGHT, Bound, Env, Leaves, Scope, add_leaf, bound_item
-from .read import (
+from .leaves import (
     KERNEL_CALL_OPS,
+    OPAQUE,
+    WEIGHT,
+    Bound,
+    Env,
+    Leaves,
+    Scope,
+    add_leaf,
     attrs_of,
+    bound_item,
+    callee_name,
     callee_of,
-    check_annotation,
-    check_normalized,
     output_infos,
 )
 
@@ -177,7 +180,7 @@ def _node(site: CallSite, facts: _Facts, legalized: PlanningFacts) -> FoldNode:
 def walk_relax(mod: tvm.IRModule) -> Walk:
     """Walk every Relax function of ``mod`` and describe each call binding.
 
-    ``mod`` is an IRModule the pass has already checked (:func:`.read.check_relax_module`).
+    ``mod`` is an IRModule the pass has already checked (``check_relax_module``).
     """
     walk = Walk([], [], {})
     for gvar, func in sorted(mod.functions.items(), key=lambda item: item[0].name_hint):
@@ -236,8 +239,8 @@ def _walk_seq(place: _Place, seq: relax.SeqExpr, env: Scope, out: Walk) -> None:
             value = binding.value
             # the arguments, read once (each read of a tvm_ffi Array element is an FFI call)
             args = value.args[:] if isinstance(value, relax.Call) else []
-            check_annotation(scope, label, value, args)
-            check_normalized(scope, label, value, args)
+            _check_annotation(scope, label, value, args)
+            _check_normalized(scope, label, value, args)
             if _compat.is_constant(value):
                 env[key] = Env(Bound.CONSTANT, value=value)
             elif isinstance(value, relax.Var):
@@ -264,7 +267,7 @@ def _walk_seq(place: _Place, seq: relax.SeqExpr, env: Scope, out: Walk) -> None:
         # a function built without a BlockBuilder (relax.Function(params, call)): TVM's
         # normalizer would write the types it infers into the caller's nodes
         result_args = seq.body.args[:] if isinstance(seq.body, relax.Call) else []
-        check_normalized(scope, "its result", seq.body, result_args)
+        _check_normalized(scope, "its result", seq.body, result_args)
     _mark_escaping(seq.body, env, out)
 
 
@@ -314,7 +317,7 @@ def _walk_call(
     out.escaping.update(leaves.escaping)
     out.facts.append(
         _Facts(
-            op_name or _callee_name(op),
+            op_name or callee_name(op),
             label,
             place.scope,
             tuple(leaves.inputs),
@@ -346,9 +349,38 @@ def _walk_call(
     )
 
 
-def _callee_name(callee: relax.Expr) -> str:
-    if isinstance(callee, tvm.ir.GlobalVar):
-        return callee.name_hint
-    if isinstance(callee, relax.Var):
-        return _compat.var_name(callee)
-    return type(callee).__name__
+def _check_annotation(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:
+    """Refuse a malformed annotation (first: a hand-built one is usually not normalized either)."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)):
+        return
+    op_name = value.op.name
+    if op_name not in (FOLD_BARRIER_OP, FOLD_ALLOW_OP):
+        return
+    if len(args) != 1:
+        raise UnsupportedIRError(
+            f"function {scope}: {label} = {op_name} has {len(args)} operands, expected 1"
+        )
+    if _compat.has_type(args[0]) and not isinstance(_compat.type_of(args[0]), _compat.TensorType):
+        raise non_tensor_operand_error(op_name, args[0], f"function {scope}: {label} = ")
+
+
+def _check_normalized(scope: str, label: str, value: relax.Expr, args: List[relax.Expr]) -> None:
+    """Refuse a binding whose value (or an argument of it) has no type yet.
+
+    Normalizing it here would not help: TVM's normalizer writes the types it infers into the
+    existing nodes, which are the caller's, so the caller's module would change.
+    """
+    parts = [value, *args]
+    if all(_compat.has_type(part) for part in parts):
+        return
+    what = (
+        value.op.name
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+        else type(value).__name__
+    )
+    raise PreconditionError(
+        f"function {scope}: {label} = {what}(...) has no type yet, so the body is not normalized "
+        "(it was built around relax.Call objects outside a BlockBuilder); fold_guard does not "
+        "normalize it itself, because TVM's normalizer writes types into the caller's nodes. "
+        "Hint: run relax.transform.Normalize() first"
+    )
