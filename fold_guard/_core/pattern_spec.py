@@ -17,7 +17,7 @@ running the real table (``fold_guard._core.offload``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import FrozenSet, Iterator, List, Optional, Set, Tuple, Union
+from typing import FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from .op_names import OP_TABLES
 
@@ -36,6 +36,7 @@ __all__ = [
     "TupleOf",
     "Unread",
     "anchor_ops",
+    "default_table_name",
     "root_ops",
 ]
 
@@ -305,3 +306,14 @@ class TableSpec:
 
     def pattern(self, name: str) -> Optional[PatternSpec]:
         return next((p for p in self.patterns if p.name == name), None)
+
+
+def default_table_name(pattern_names: Sequence[str]) -> str:
+    """The name of a table its caller did not name: the part before the first dot that all its
+    patterns' names share (``"cmsis-nn.qnn_conv2d"`` -> ``"cmsis-nn"``), else ``"table"``.
+
+    >>> default_table_name(["npu.qconv2d", "npu.qmatmul"]), default_table_name(["a.x", "b.y"])
+    ('npu', 'table')
+    """
+    heads = {name.split(".")[0] for name in pattern_names}
+    return heads.pop() if len(heads) == 1 else "table"

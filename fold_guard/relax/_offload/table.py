@@ -42,6 +42,7 @@ from ..._core.pattern_spec import (
     TableSpec,
     TupleOf,
     Unread,
+    default_table_name,
 )
 from .. import _compat
 
@@ -133,7 +134,7 @@ def resolve_table(patterns: TableLike) -> RelaxTable:
                 f"pattern table entry {index} is {type(entry).__name__} {entry!r:.80}, not a "
                 "FusionPattern or a (name, DFPattern[, annotations[, check]]) tuple"
             )
-    name = name or _common_prefix([str(entry.name) for entry in entries])
+    name = name or default_table_name([str(entry.name) for entry in entries])
     spec = TableSpec(
         name,
         tuple(
@@ -141,11 +142,6 @@ def resolve_table(patterns: TableLike) -> RelaxTable:
         ),
     )
     return RelaxTable(name, tuple(entries), spec)
-
-
-def _common_prefix(names: Sequence[str]) -> str:
-    heads = {name.split(".")[0] for name in names}
-    return heads.pop() if len(heads) == 1 else "table"
 
 
 def read_pattern(pattern: P.DFPattern) -> PatternNode:

@@ -35,6 +35,7 @@ from ..._core.pattern_spec import (
     TableSpec,
     TupleOf,
     Unread,
+    default_table_name,
 )
 from .._module import module_like
 
@@ -113,7 +114,7 @@ def resolve_table(patterns: TableLike) -> RelayTable:
                 "(name, DFPattern[, check]) tuple"
             )
         entries.append((str(entry[0]), entry[1], entry[2] if len(entry) == 3 else None))
-    name = name or _common_prefix([entry[0] for entry in entries])
+    name = name or default_table_name([entry[0] for entry in entries])
     spec = TableSpec(
         name,
         tuple(
@@ -122,11 +123,6 @@ def resolve_table(patterns: TableLike) -> RelayTable:
         ),
     )
     return RelayTable(name, tuple(entries), spec)
-
-
-def _common_prefix(names: Sequence[str]) -> str:
-    heads = {n.split(".")[0] for n in names}
-    return heads.pop() if len(heads) == 1 else "table"
 
 
 def read_pattern(pattern: P.DFPattern) -> PatternNode:
